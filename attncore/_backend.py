@@ -1,0 +1,136 @@
+"""Which library an input belongs to, and the checks every public function shares.
+
+attncore has one API and two backends. The backend is chosen by the inputs themselves:
+NumPy arrays run on the NumPy reference code, torch tensors on the torch code, on the
+device the tensors already live on. This module holds that dispatch and the argument
+checks, so that every public function reports bad input the same way: the argument's
+name, what it got, and what was expected.
+
+torch is never imported here. A tensor can only exist if the caller imported torch, so
+``sys.modules`` tells us whether one can be present; attncore's NumPy half works without
+torch installed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+NUMPY = "numpy"
+TORCH = "torch"
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True if ``x`` is a ``torch.Tensor`` (without importing torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _kind(name: str, x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return NUMPY
+    if is_torch_tensor(x):
+        return TORCH
+    raise TypeError(
+        f"{name}: expected a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
+    )
+
+
+def backend_of(**arrays: Any) -> str:
+    """Return ``"numpy"`` or ``"torch"``: the one library that all given arrays belong to.
+
+    Arguments whose value is ``None`` are skipped (optional inputs such as ``mask``).
+    Raises ``TypeError`` naming the arguments when they mix NumPy arrays and torch
+    tensors, and ``ValueError`` when torch tensors sit on different devices.
+    """
+    kinds = {name: _kind(name, x) for name, x in arrays.items() if x is not None}
+    found = set(kinds.values())
+    if len(found) > 1:
+        listing = ", ".join(f"{n} is a {'torch.Tensor' if k == TORCH else 'numpy.ndarray'}"
+                            for n, k in kinds.items())
+        raise TypeError(
+            f"cannot mix NumPy arrays and torch tensors in one call ({listing}); "
+            "convert them all to one library first"
+        )
+    backend = found.pop() if found else NUMPY
+    if backend == TORCH:
+        devices = {name: x.device for name, x in arrays.items() if x is not None}
+        if len(set(devices.values())) > 1:
+            listing = ", ".join(f"{n} on {d}" for n, d in devices.items())
+            raise ValueError(f"all tensors must be on one device, got {listing}")
+    return backend
+
+
+def shape_of(x: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in x.shape)
+
+
+def dtype_name(x: Any) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def is_floating(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return np.issubdtype(x.dtype, np.floating)
+    return bool(x.dtype.is_floating_point)
+
+
+def is_bool(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.bool_
+    return str(x.dtype) == "torch.bool"
+
+
+def check_floating(name: str, x: Any) -> None:
+    """Raise ``TypeError`` unless ``x`` has a real floating dtype."""
+    if not is_floating(x):
+        raise TypeError(
+            f"{name}: expected a floating dtype (float16, bfloat16, float32 or float64), "
+            f"got {dtype_name(x)}"
+        )
+
+
+def check_min_rank(name: str, x: Any, rank: int, layout: str) -> None:
+    """Raise ``ValueError`` unless ``x.ndim >= rank``; ``layout`` describes the expected shape."""
+    if x.ndim < rank:
+        raise ValueError(
+            f"{name}: expected shape {layout} (at least {rank} dimensions), "
+            f"got shape {shape_of(x)} with {x.ndim}"
+        )
+
+
+def check_rank(name: str, x: Any, rank: int, layout: str) -> None:
+    """Raise ``ValueError`` unless ``x.ndim == rank``."""
+    if x.ndim != rank:
+        raise ValueError(
+            f"{name}: expected shape {layout} ({rank} dimensions), "
+            f"got shape {shape_of(x)} with {x.ndim}"
+        )
+
+
+def check_same_dtype(**arrays: Any) -> None:
+    """Raise ``TypeError`` unless all given arrays share one dtype.
+
+    Silent promotion (float32 with float64) would hide a mistake and change the cost, so
+    attncore asks the caller to choose.
+    """
+    dtypes = {name: dtype_name(x) for name, x in arrays.items() if x is not None}
+    if len(set(dtypes.values())) > 1:
+        listing = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
+        raise TypeError(f"expected one floating dtype for all inputs, got {listing}")
+
+
+def check_finite(name: str, x: Any) -> None:
+    """Raise ``ValueError`` if ``x`` holds NaN or +-inf.
+
+    A NaN in an input would otherwise spread silently through every softmax row it touches.
+    """
+    if isinstance(x, np.ndarray):
+        ok = bool(np.isfinite(x).all())
+    else:
+        ok = bool(sys.modules["torch"].isfinite(x).all())
+    if not ok:
+        raise ValueError(f"{name}: expected finite values, got NaN or infinity "
+                         f"in an array of shape {shape_of(x)}")
