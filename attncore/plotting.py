@@ -1,0 +1,51 @@
+"""Figures shared by the chapters: attention heatmaps."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy copy of an array or tensor (detached, on the CPU)."""
+    if isinstance(x, np.ndarray):
+        return x
+    return x.detach().cpu().numpy()
+
+
+def plot_attention(weights: Any, *, query_labels: Sequence[str] | None = None,
+                   key_labels: Sequence[str] | None = None, title: str | None = None,
+                   ax: Any = None, annotate: bool | None = None, cmap: str = "viridis") -> Any:
+    """Heatmap of one attention matrix: row i is query i's distribution over the keys.
+
+    weights : ``(n_q, n_k)`` NumPy array or torch tensor, values in [0, 1].
+    annotate : print each weight in its cell (default: when the matrix is at most 8 x 8).
+    Returns the matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    w = to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights: expected shape (n_q, n_k), got {w.shape}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.55 * w.shape[1], 0.8 + 0.5 * w.shape[0]))
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0)
+    ax.set_xlabel("key j (attended to)")
+    ax.set_ylabel("query i (attending)")
+    ax.set_xticks(range(w.shape[1]), key_labels if key_labels is not None else range(w.shape[1]))
+    ax.set_yticks(range(w.shape[0]), query_labels if query_labels is not None
+                  else range(w.shape[0]))
+    if key_labels is not None:
+        ax.tick_params(axis="x", labelrotation=45)
+    if annotate is None:
+        annotate = max(w.shape) <= 8
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if w[i, j] < 0.6 else "black")
+    if title:
+        ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
+    return ax
