@@ -1,0 +1,106 @@
+"""The website: it builds with warnings as errors, and its math renders with no network.
+
+The build is the README's own command (scripts/build-book). The browser check loads built
+pages from disk in Debian's headless Chromium, with every network request refused, and asserts
+that MathJax (served from the site itself) typeset the formulas.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    """Build the book once for this module, exactly as the README tells a reader to."""
+    proc = subprocess.run([str(ROOT / "scripts" / "build-book")], cwd=ROOT, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1500)
+    if proc.returncode != 0:
+        pytest.fail(f"the book build failed (warnings are errors):\n{proc.stdout[-6000:]}")
+    return SITE
+
+
+def pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.parts)
+
+
+def test_every_toc_entry_has_a_page(site):
+    from test_book_structure import toc_files
+
+    for stem in toc_files():
+        assert (site / f"{stem}.html").is_file(), f"no page for {stem}"
+
+
+def test_mathjax_is_served_from_the_site(site):
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert (site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+    page = (site / "chapters" / "00_how_to_use.html").read_text()
+    assert 'src="../_static/mathjax/tex-chtml.js"' in page
+
+
+def test_no_page_loads_anything_from_the_network(site):
+    # Links to the repository are fine; scripts, styles and fonts must all be local.
+    remote = re.compile(r'<(script|link|img|iframe)\b[^>]*\b(src|href)="(https?:)?//', re.I)
+    for page in pages(site):
+        for m in remote.finditer(page.read_text()):
+            tag = page.read_text()[m.start():m.start() + 200]
+            if m.group(1).lower() == "link" and 'rel="canonical"' in tag:
+                continue
+            pytest.fail(f"{page.relative_to(site)} loads a remote resource: {tag}")
+
+
+def render(page: Path) -> str:
+    """The DOM of ``page`` after Chromium has run its scripts, with networking refused."""
+    if CHROMIUM is None:
+        pytest.fail("Debian's chromium is not installed: `apt-get install chromium` "
+                    "(scripts/test installs it when run as root)")
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+               "--no-first-run", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+               # no network: every host resolves to nothing and any proxy use goes nowhere
+               "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+               "--allow-file-access-from-files",
+               # let MathJax's deferred, asynchronous typesetting finish before the dump
+               "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw",
+               "--dump-dom", page.as_uri()]
+        proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=120, env={**os.environ, "HOME": profile})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def visible_text(dom: str) -> str:
+    dom = re.sub(r"<head\b.*?</head>", " ", dom, flags=re.S | re.I)
+    dom = re.sub(r"<(script|style|mjx-assistive-mml|noscript)\b.*?</\1>", " ", dom,
+                 flags=re.S | re.I)
+    return html.unescape(re.sub(r"<[^>]+>", " ", dom))
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("stem", ["chapters/00_how_to_use", "chapters/01_why_sqrt_dk",
+                                  "chapters/03_scaled_dot_product_attention", "index"])
+def test_math_is_typeset_offline(site, stem):
+    page = site / f"{stem}.html"
+    source = page.read_text()
+    n_math = len(re.findall(r'class="[^"]*\bmath\b', source))
+    assert n_math > 0, f"{stem}: the page has no math to render"
+    dom = render(page)
+    typeset = len(re.findall(r"<mjx-container\b", dom))
+    assert typeset >= n_math, f"{stem}: {typeset} formulas typeset, expected >= {n_math}"
+    text = visible_text(dom)
+    assert "$$" not in text, f"{stem}: raw $$ left in the visible text"
+    for delim in (r"\(", r"\[", r"\begin{"):
+        assert delim not in text, f"{stem}: untypeset TeX {delim!r} left in the visible text"
