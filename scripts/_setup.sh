@@ -36,5 +36,3 @@ if [ "$(cat "$VENV/.requirements.sha256" 2>/dev/null)" != "$stamp_now" ]; then
   echo "$stamp_now" > "$VENV/.requirements.sha256"
 fi
 export PATH="$VENV/bin:$PATH"
-# Matplotlib must never try to open a window, and its font cache stays inside the project.
-export MPLBACKEND=Agg

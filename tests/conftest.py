@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 
+import matplotlib
 import numpy as np
 import pytest
 import torch
 from hypothesis import settings
+
+# Figures drawn by tests never need a screen. (Not set through MPLBACKEND in scripts/test: that
+# would also reach the notebook kernels, replace their inline backend, and change their outputs.)
+matplotlib.use("Agg")
 
 # Property tests run without deadlines (a 2-core CI machine is slow and shared) and, in CI,
 # with a fixed seed so that a red run can be reproduced exactly.
