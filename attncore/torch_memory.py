@@ -1,0 +1,121 @@
+"""Peak memory of torch code, on the CPU as well as on CUDA.
+
+:func:`attncore.profiling.peak_memory_bytes` uses ``tracemalloc``, which sees NumPy's
+buffers but not torch's: torch allocates CPU tensors through its own allocator, outside
+Python's. This module measures torch the way torch can be measured:
+
+* on a CUDA device, with the caching allocator's own counters
+  (``torch.cuda.max_memory_allocated``);
+* on the CPU, with the PyTorch profiler's memory events (``profile_memory=True``): every
+  allocation and every free of a tensor buffer is recorded with its size and a timestamp,
+  and the peak is the largest running total.
+
+Both count tensor buffers only (not the interpreter, not library workspaces that bypass
+torch's allocator), exactly like ``peak_memory_bytes`` counts NumPy buffers, so the two can
+be plotted side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+__all__ = ["torch_peak_memory_bytes"]
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's C++ start/stop log lines) for a moment."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):          # no real fd 2 (unusual embedding): do nothing
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _cpu_peak(fn: Callable[[], Any]) -> int:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.start()
+    try:
+        result = fn()
+        del result
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    events = prof.profiler.kineto_results.events()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in events
+                     if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    current = peak = 0
+    for _, nbytes in changes:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def _cuda_peak(fn: Callable[[], Any], device: Any) -> int:
+    import torch
+
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del result
+    return peak - base
+
+
+def torch_peak_memory_bytes(fn: Callable[[], Any], *, device: Any = "cpu") -> int:
+    """Peak bytes of torch tensor memory allocated while ``fn()`` runs, above the start.
+
+    Parameters
+    ----------
+    fn : callable with no arguments
+        The computation to measure. Its result is kept alive until ``fn`` returns, so the
+        output tensor is counted, as in :func:`attncore.profiling.peak_memory_bytes`.
+    device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"`` or a ``torch.device``
+        Where the tensors of ``fn`` live. On the CPU the PyTorch profiler records every
+        allocation and free; on CUDA the allocator's peak counter is reset and read.
+
+    Returns
+    -------
+    int
+        The largest total of bytes allocated (and not yet freed) by torch on ``device`` at any
+        moment during ``fn()``, counted from zero at the start: memory allocated before the
+        call is not counted. (Freeing such memory inside ``fn`` lowers the CUDA count but
+        not the CPU one, whose profiler never saw the allocation and so cannot know its
+        size; measure functions that allocate what they free, as a computation does.)
+
+    Raises
+    ------
+    ValueError
+        ``device`` is neither the CPU nor a CUDA device, or CUDA is not available.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: expected 'cpu', 'cuda', 'cuda:N' or a torch.device, got "
+                         f"{device!r}") from err
+    if dev.type == "cpu":
+        return _cpu_peak(fn)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: got {device!r}, but CUDA is not available")
+        return _cuda_peak(fn, dev)
+    raise ValueError(f"device: expected the CPU or a CUDA device, got {device!r}")
