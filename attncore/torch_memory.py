@@ -18,6 +18,7 @@ be plotted side by side.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from typing import Any, Callable, Iterator
@@ -27,7 +28,12 @@ __all__ = ["torch_peak_memory_bytes"]
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """Silence file descriptor 2 (the profiler's C++ start/stop log lines) for a moment."""
+    """Send file descriptor 2 to /dev/null while the profiler starts or stops.
+
+    The profiler's C++ side logs a line to the process's stderr at each start and stop; a
+    notebook would show them, and the book build treats stderr output as an error. Only
+    the profiler's own start and stop run inside this; ``fn`` never does.
+    """
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -47,8 +53,11 @@ def _cpu_peak(fn: Callable[[], Any]) -> int:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    # Collect garbage first: a tensor from before the call, freed while the profiler runs,
+    # has a size the profiler never saw (it would only log a warning about it).
+    gc.collect()
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():
+    with _quiet_stderr():                  # the profiler's C++ start/stop log lines
         prof.start()
     try:
         result = fn()
