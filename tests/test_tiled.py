@@ -1,0 +1,292 @@
+"""Tiled attention equals the reference, block size by block size, on both backends."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attncore.attention import scaled_dot_product_attention
+from attncore.profiling import peak_memory_bytes
+from attncore.softmax import softmax
+from attncore.tiled import (
+    SoftmaxState,
+    finalize_softmax_state,
+    merge_softmax_states,
+    softmax_state,
+    tiled_attention,
+)
+
+TOL = {np.float64: 1e-10, np.float32: 1e-5}
+
+
+def qkv(rng, batch, n_q, n_k, d_k, d_v, dtype=np.float64):
+    return (rng.standard_normal(batch + (n_q, d_k)).astype(dtype),
+            rng.standard_normal(batch + (n_k, d_k)).astype(dtype),
+            rng.standard_normal(batch + (n_k, d_v)).astype(dtype))
+
+
+def to_torch(*arrays):
+    return tuple(None if a is None else torch.from_numpy(a) for a in arrays)
+
+
+def max_err(a, b):
+    a = a.numpy() if isinstance(a, torch.Tensor) else a
+    b = b.numpy() if isinstance(b, torch.Tensor) else b
+    return float(np.abs(a - b).max()) if a.size else 0.0
+
+
+def assert_matches_reference(q, k, v, *, block_size, mask=None, causal=False, scale=None):
+    tol = TOL[q.dtype.type]
+    expected = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal, scale=scale)
+    got = tiled_attention(q, k, v, block_size=block_size, mask=mask, causal=causal, scale=scale)
+    assert type(got) is np.ndarray and got.dtype == q.dtype and got.shape == expected.shape
+    assert max_err(got, expected) < tol
+    tq, tk, tv, tm = to_torch(q, k, v, mask)
+    expected_t = scaled_dot_product_attention(tq, tk, tv, mask=tm, causal=causal, scale=scale)
+    got_t = tiled_attention(tq, tk, tv, block_size=block_size, mask=tm, causal=causal,
+                            scale=scale)
+    assert isinstance(got_t, torch.Tensor) and got_t.dtype == tq.dtype
+    assert got_t.device == tq.device and tuple(got_t.shape) == expected.shape
+    assert max_err(got_t, expected_t) < tol
+    assert max_err(got_t, expected) < tol
+    return got
+
+
+# --- equality with the reference ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("block_size", [1, 3, 8, 13, 64, 200])
+@pytest.mark.parametrize("causal", [False, True])
+def test_equals_reference(dtype, block_size, causal):
+    # n_k = 37 is divisible by none of the block sizes (200 > n_k is a single block).
+    rng = np.random.default_rng(block_size)
+    q, k, v = qkv(rng, (2, 3), 41, 37, 16, 8, dtype)
+    assert_matches_reference(q, k, v, block_size=block_size, causal=causal)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("block_size", [1, 5, 16, 64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_mask(dtype, block_size, causal):
+    # Key padding: sequence b has only lengths[b] real keys; the mask (B, 1, 1, n_k) broadcasts
+    # over heads and queries.
+    rng = np.random.default_rng(7)
+    q, k, v = qkv(rng, (3, 2), 30, 30, 8, 4, dtype)
+    lengths = np.array([30, 17, 5])
+    mask = (np.arange(30) < lengths[:, None])[:, None, None, :]
+    assert_matches_reference(q, k, v, block_size=block_size, mask=mask, causal=causal)
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 9, 50])
+def test_random_mask_and_nonsquare_causal(block_size):
+    rng = np.random.default_rng(11)
+    q, k, v = qkv(rng, (2,), 19, 45, 6, 7)
+    mask = rng.random((2, 19, 45)) > 0.4
+    assert_matches_reference(q, k, v, block_size=block_size, mask=mask, causal=True)
+    q, k, v = qkv(rng, (2,), 45, 19, 6, 7)   # more queries than keys
+    assert_matches_reference(q, k, v, block_size=block_size, causal=True)
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 32])
+def test_fully_masked_rows_are_zeros(block_size):
+    rng = np.random.default_rng(3)
+    q, k, v = qkv(rng, (2,), 12, 20, 4, 3)
+    mask = rng.random((2, 12, 20)) > 0.5
+    mask[0, 3] = False
+    mask[1, [0, 11]] = False
+    out = assert_matches_reference(q, k, v, block_size=block_size, mask=mask)
+    assert np.all(out[0, 3] == 0) and np.all(out[1, [0, 11]] == 0)
+    # A row that is empty only because the padding and the causal mask combine.
+    pad = np.ones(20, dtype=bool)
+    pad[0] = False
+    out = assert_matches_reference(q, k, v, block_size=block_size, mask=pad, causal=True)
+    assert np.all(out[:, 0] == 0) and not np.any(np.all(out[:, 1:] == 0, axis=-1))
+    out = tiled_attention(q, k, v, block_size=block_size, mask=np.zeros((12, 20), dtype=bool))
+    assert np.all(out == 0) and not np.isnan(out).any()
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.7, 2.5, 1])
+def test_explicit_scale(scale):
+    rng = np.random.default_rng(5)
+    q, k, v = qkv(rng, (), 10, 23, 5, 2)
+    assert_matches_reference(q, k, v, block_size=6, scale=scale, causal=True)
+
+
+def test_large_scores_are_stable():
+    # Scores around 1e4: exp would overflow without the running maximum, and the maximum of
+    # a late block dwarfs the early ones (alpha underflows to 0, not NaN).
+    rng = np.random.default_rng(2)
+    q, k, v = qkv(rng, (), 16, 40, 4, 3)
+    k[30:] *= 300.0
+    assert_matches_reference(q * 100.0, k, v, block_size=7)
+
+
+def test_no_queries():
+    rng = np.random.default_rng(0)
+    q, k, v = qkv(rng, (2,), 0, 9, 4, 3)
+    assert tiled_attention(q, k, v, block_size=4).shape == (2, 0, 3)
+
+
+def test_inputs_untouched():
+    rng = np.random.default_rng(0)
+    q, k, v = qkv(rng, (2,), 9, 9, 4, 3)
+    copies = [x.copy() for x in (q, k, v)]
+    tiled_attention(q, k, v, block_size=4, causal=True)
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v), copies))
+
+
+@given(batch=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+       n_q=st.integers(1, 24), n_k=st.integers(1, 24), d_k=st.integers(1, 6),
+       d_v=st.integers(1, 5), block_size=st.integers(1, 30), causal=st.booleans(),
+       masked=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_hypothesis_any_shape_any_block(batch, n_q, n_k, d_k, d_v, block_size, causal, masked,
+                                        seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = qkv(rng, batch, n_q, n_k, d_k, d_v)
+    mask = rng.random(batch + (n_q, n_k)) > 0.3 if masked else None
+    assert_matches_reference(q, k, v, block_size=block_size, mask=mask, causal=causal)
+
+
+# --- half precision and devices (torch) ---------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_torch_low_precision_keeps_dtype(dtype):
+    rng = np.random.default_rng(4)
+    q, k, v = qkv(rng, (2,), 33, 33, 8, 8, np.float32)
+    expected = scaled_dot_product_attention(q, k, v, causal=True)
+    got = tiled_attention(*(torch.from_numpy(x).to(dtype) for x in (q, k, v)), block_size=8,
+                          causal=True)
+    assert got.dtype == dtype
+    assert max_err(got.float(), expected) < 2e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    rng = np.random.default_rng(6)
+    q, k, v = qkv(rng, (2, 4), 100, 100, 16, 16)
+    expected = scaled_dot_product_attention(q, k, v, causal=True)
+    got = tiled_attention(*(torch.from_numpy(x).cuda() for x in (q, k, v)), block_size=32,
+                          causal=True)
+    assert got.device.type == "cuda" and max_err(got.cpu(), expected) < 1e-10
+
+
+# --- the online-softmax state --------------------------------------------------------------
+
+def test_state_of_a_block_finalizes_to_softmax_times_v():
+    rng = np.random.default_rng(8)
+    s, v = rng.standard_normal((5, 11)), rng.standard_normal((11, 3))
+    state = softmax_state(s, v)
+    assert np.array_equal(state.max, s.max(axis=-1, keepdims=True))
+    assert np.allclose(state.sum, np.exp(s - state.max).sum(axis=-1, keepdims=True),
+                       rtol=1e-14, atol=0)
+    assert max_err(finalize_softmax_state(state), softmax(s) @ v) < 1e-14
+
+
+@pytest.mark.parametrize("split", [1, 4, 10])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_merge_gives_state_of_union(split, backend):
+    rng = np.random.default_rng(split)
+    s, v = rng.standard_normal((6, 11)) * 5, rng.standard_normal((11, 2))
+    s[2, :split] = -np.inf      # a row whose first part is fully masked
+    if backend == "torch":
+        s, v = to_torch(s, v)
+    left = softmax_state(s[:, :split], v[:split])
+    right = softmax_state(s[:, split:], v[split:])
+    whole = softmax_state(s, v)
+    for merged in (merge_softmax_states(left, right), merge_softmax_states(right, left)):
+        assert max_err(merged.max, whole.max) == 0.0
+        assert max_err(merged.sum, whole.sum) < 1e-13
+        assert max_err(merged.out, whole.out) < 1e-13
+
+
+def test_merge_is_associative_with_identity():
+    rng = np.random.default_rng(9)
+    s, v = rng.standard_normal((4, 9)), rng.standard_normal((9, 3))
+    a, b, c = (softmax_state(s[:, sl], v[sl]) for sl in (slice(0, 2), slice(2, 5), slice(5, 9)))
+    left = merge_softmax_states(merge_softmax_states(a, b), c)
+    right = merge_softmax_states(a, merge_softmax_states(b, c))
+    for x, y in zip(left, right):
+        assert max_err(x, y) < 1e-14
+    empty = SoftmaxState(np.full((4, 1), -np.inf), np.zeros((4, 1)), np.zeros((4, 3)))
+    for x, y in zip(merge_softmax_states(empty, a), a):
+        assert np.array_equal(x, y)
+
+
+def test_fully_masked_state():
+    s = np.full((2, 5), -np.inf)
+    s[1, 2] = 0.5
+    v = np.ones((5, 3))
+    state = softmax_state(s, v)
+    assert state.max[0, 0] == -np.inf and state.sum[0, 0] == 0 and np.all(state.out[0] == 0)
+    out = finalize_softmax_state(state)
+    assert np.all(out[0] == 0) and np.allclose(out[1], 1.0)
+
+
+# --- memory: the point of tiling -------------------------------------------------------------
+
+def test_never_materialises_the_score_matrix():
+    n, block, d_v = 2048, 32, 16
+    rng = np.random.default_rng(0)
+    q, k, v = qkv(rng, (), n, n, 16, d_v)
+    peak = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=block))
+    # Scores and exponentials of one block (2 * n * block numbers) plus a few (n, d_v) state
+    # arrays: a small multiple of n * (block + d_v) numbers ...
+    assert peak < 6 * n * (block + d_v) * q.itemsize
+    # ... which is a small fraction of the n x n score matrix that the reference builds.
+    assert peak < n * n * q.itemsize / 5
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("block_size", [0, -3, 2.0, 1.5, True, "8", None])
+def test_bad_block_size(block_size):
+    q = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="block_size: expected a positive integer"):
+        tiled_attention(q, q, q, block_size=block_size)
+
+
+def test_numpy_integer_block_size_is_accepted():
+    rng = np.random.default_rng(0)
+    q, k, v = qkv(rng, (), 5, 7, 3, 2)
+    assert_matches_reference(q, k, v, block_size=np.int64(3))
+
+
+def _bad_inputs():
+    f = np.zeros((2, 4, 3))
+    return {
+        "mixed libraries": (f, torch.zeros(2, 4, 3), f, {}),
+        "integer dtype": (np.zeros((2, 4, 3), dtype=int), f, f, {}),
+        "mixed dtypes": (f, f.astype(np.float32), f, {}),
+        "rank 1": (np.zeros(3), f, f, {}),
+        "d_k differs": (np.zeros((2, 4, 5)), f, f, {}),
+        "n_k differs": (f, f, np.zeros((2, 5, 3)), {}),
+        "batch differs": (np.zeros((3, 4, 3)), f, f, {}),
+        "mask not boolean": (f, f, f, {"mask": np.ones((4, 4))}),
+        "mask shape": (f, f, f, {"mask": np.ones((3, 4), dtype=bool)}),
+        "mask enlarges batch": (f, f, f, {"mask": np.ones((5, 2, 4, 4), dtype=bool)}),
+        "NaN": (np.full((2, 4, 3), np.nan), f, f, {}),
+        "infinite scale": (f, f, f, {"scale": math.inf}),
+        "not an array": ([[1.0]], f, f, {}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_rejects_bad_input_like_the_reference(case):
+    q, k, v, kw = _bad_inputs()[case]
+    with pytest.raises((TypeError, ValueError)) as ref:
+        scaled_dot_product_attention(q, k, v, **kw)
+    with pytest.raises(ref.type) as got:
+        tiled_attention(q, k, v, block_size=2, **kw)
+    assert str(got.value) == str(ref.value)
+
+
+def test_overflowing_scores_raise():
+    big = np.full((3, 2), 1e30, dtype=np.float32)
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match="scores"):
+        tiled_attention(big, big, big, block_size=2)
