@@ -145,13 +145,30 @@ def combined_mask(mask: Any, causal: bool, n_q: int, n_k: int, like: Any) -> Any
 
 
 def _attention_numpy(q, k, v, mask, causal, scale, return_weights):
-    scores = (q @ np.swapaxes(k, -1, -2)) * np.asarray(scale, dtype=q.dtype)
+    # The score matrix is the one big array (n_q x n_k per head), so every step below either
+    # avoids a pass over it or works on it in place. Scaling q (n_q x d_k numbers) instead of
+    # the scores gives the same product with a much smaller multiplication.
+    scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
     allowed = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q)
     if allowed is not None:
-        scores = np.where(allowed, scores, np.asarray(-np.inf, dtype=q.dtype))
-    weights = softmax(scores, axis=-1)     # fully masked rows come back as zeros
-    out = weights @ v
-    return (out, weights) if return_weights else out
+        np.copyto(scores, np.asarray(-np.inf, dtype=q.dtype), where=~allowed)
+    # attncore.softmax's stable softmax along the keys, in place: shift each row by its
+    # maximum, exponentiate, sum. (NaN or +inf in a row makes its maximum NaN or +inf.)
+    row_max = scores.max(axis=-1, keepdims=True)
+    if np.isnan(row_max).any() or np.isposinf(row_max).any():
+        raise ValueError(f"x: expected no NaN or +inf logits, got some (dtype {scores.dtype})")
+    row_max[np.isneginf(row_max)] = 0      # fully masked row: shift by 0; exp(-inf) = 0
+    scores -= row_max
+    np.exp(scores, out=scores)             # unnormalised weights
+    total = scores.sum(axis=-1, keepdims=True)
+    nonempty = total > 0                   # False only for fully masked rows: they stay 0
+    if return_weights:
+        weights = np.divide(scores, total, out=scores, where=nonempty)
+        return weights @ v, weights
+    # Without the weights, divide the (n_q, d_v) output instead of the (n_q, n_k) weights:
+    # (E / total) @ V = (E @ V) / total, with n_k / d_v times fewer divisions.
+    out = scores @ v
+    return np.divide(out, total, out=out, where=nonempty)
 
 
 def _attention_torch(q, k, v, mask, causal, scale, return_weights):
