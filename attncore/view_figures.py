@@ -5,13 +5,13 @@ what each one *reads*. Every figure shows ``A`` (``m x p``), ``B`` (``p x n``) a
 (``m x n``) as grids of cells, colours the pieces of ``A`` and ``B`` that one unit of the view
 uses, and outlines the part of ``C`` they make:
 
-* :func:`draw_entry_view`          -- row i of A and column j of B make the entry ``C[i, j]``
-* :func:`draw_column_view`         -- all columns of A, weighted by column j of B, make column j of C
-* :func:`draw_row_view`            -- all rows of B, weighted by row i of A, make row i of C
-* :func:`draw_outer_product_view`  -- column t of A times row t of B adds to every entry of C
-* :func:`draw_four_views`          -- the four above, one row each, in one figure
-* :func:`draw_outer_product_sum`   -- C as a sum of rank-one terms (or of blocks of them)
-* :func:`draw_convex_combination`  -- output rows of ``A V`` inside the convex hull of V's rows
+* :func:`draw_entry_view`         -- row i of A and column j of B make the entry ``C[i, j]``
+* :func:`draw_column_view`        -- the columns of A, weighted by column j of B: column j of C
+* :func:`draw_row_view`           -- the rows of B, weighted by row i of A: row i of C
+* :func:`draw_outer_product_view` -- column t of A times row t of B adds to every entry of C
+* :func:`draw_four_views`         -- the four above, one row each, in one figure
+* :func:`draw_outer_product_sum`  -- C as a sum of rank-one terms (or of blocks of them)
+* :func:`draw_convex_combination` -- output rows of ``A V`` inside the convex hull of V's rows
 
 Within one figure the colour of a cell of A or B says which term ``t`` of the sum
 ``C[i, j] = sum_t A[i, t] B[t, j]`` it belongs to: two cells of the same colour are multiplied
@@ -70,7 +70,8 @@ _LABEL_CHOICES = ("auto", "values", "symbols", "none")
 # --------------------------------------------------------------------------- validation
 
 def _as_matrix(name: str, x: Any, layout: str) -> np.ndarray:
-    """``x`` as a 2-D float64 NumPy array; errors name the argument, what it got, what was expected."""
+    """``x`` as a 2-D float64 NumPy array; errors name the argument, what it got and what
+    was expected."""
     backend_of(**{name: x})                 # TypeError unless ndarray or torch.Tensor
     check_rank(name, x, 2, layout)
     if not isinstance(x, np.ndarray):
@@ -128,9 +129,47 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}"
 
 
-def _sym(letter: str, r: int, c: int) -> str:
-    sep = "," if max(r, c) >= 9 else ""
-    return f"${letter}_{{{r + 1}{sep}{c + 1}}}$"
+_TRANSPOSE_MARKS = ("ᵀ", "^T", "^\\top")
+
+
+def _letter(name: str) -> tuple[str, bool]:
+    """How the entries of the matrix ``name`` are written: ``(letter, transposed)``.
+
+    ``"A"`` -> ``("a", False)``, entries ``a_{12}``; a transposed name ``"Kᵀ"`` or ``"K^T"``
+    -> ``("k", True)``: entry (t, j) of ``K^T`` is ``k_{jt}``, written that way.
+    """
+    for mark in _TRANSPOSE_MARKS:
+        if name.endswith(mark) and len(name) > len(mark):
+            return name[0].lower(), True
+    return name[0].lower(), False
+
+
+def _ent(L: tuple[str, bool], r: str, c: str) -> str:
+    """Mathtext (no $) for entry (r, c) of the matrix written ``L``."""
+    letter, tr = L
+    r, c = (c, r) if tr else (r, c)
+    sep = "," if len(r) > 1 or len(c) > 1 else ""
+    return f"{letter}_{{{r}{sep}{c}}}"
+
+
+def _rowvec(L: tuple[str, bool], r: str) -> str:
+    """Mathtext for row r (a row vector) of the matrix written ``L``."""
+    letter, tr = L
+    # row r of K^T is column r of K, transposed
+    return (f"\\mathbf{{{letter}}}_{{:,{r}}}^\\top" if tr
+            else f"\\mathbf{{{letter}}}_{{{r},:}}")
+
+
+def _colvec(L: tuple[str, bool], c: str) -> str:
+    """Mathtext for column c (a column vector) of the matrix written ``L``."""
+    letter, tr = L
+    # column c of K^T is row c of K (key c), transposed
+    return (f"\\mathbf{{{letter}}}_{{{c},:}}^\\top" if tr
+            else f"\\mathbf{{{letter}}}_{{:,{c}}}")
+
+
+def _sym(L: tuple[str, bool], r: int, c: int) -> str:
+    return f"${_ent(L, str(r + 1), str(c + 1))}$"
 
 
 def _colour(t: int, p: int) -> str:
@@ -152,8 +191,8 @@ def _highlight(ax, r0: int, r1: int, c0: int, c1: int, colour: str, *,
     ax.add_patch(patch)
 
 
-def _grid(ax, x: np.ndarray, title: str, letter: str, mode: str) -> None:
-    """Draw matrix ``x`` as a grid of cells on ``ax``; cell (r, c) is the square [c, c+1] x [r, r+1]."""
+def _grid(ax, x: np.ndarray, title: str, letter: tuple[str, bool], mode: str) -> None:
+    """Draw matrix ``x`` as a grid of cells on ``ax``; cell (r, c) is [c, c+1] x [r, r+1]."""
     from matplotlib.patches import Rectangle
 
     rows, cols = x.shape
@@ -165,10 +204,13 @@ def _grid(ax, x: np.ndarray, title: str, letter: str, mode: str) -> None:
     ax.add_patch(Rectangle((0, 0), cols, rows, facecolor="none", edgecolor="#555555",
                            linewidth=1.0, zorder=5, clip_on=False))
     if mode != "none":
-        size = 11 if mode == "values" else 12
+        texts = [[_fmt(x[r, c]) if mode == "values" else _sym(letter, r, c)
+                  for c in range(cols)] for r in range(rows)]
+        longest = max(len(t) for row in texts for t in row)
+        size = 12 if mode == "symbols" else 11 if longest <= 3 else 9.5 if longest <= 5 else 8
         for r in range(rows):
             for c in range(cols):
-                text = _fmt(x[r, c]) if mode == "values" else _sym(letter, r, c)
+                text = texts[r][c]
                 ax.text(c + 0.5, r + 0.5, text, ha="center", va="center", fontsize=size,
                         zorder=6, gid=_LABEL_GID)
     ax.set_xlim(0, cols)
@@ -176,7 +218,10 @@ def _grid(ax, x: np.ndarray, title: str, letter: str, mode: str) -> None:
     small = max(rows, cols) <= _MAX_GRIDDED
     # y-units per x-unit such that the drawn height : width is _length(rows) : _length(cols)
     ax.set_aspect((_length(rows) / rows) / (_length(cols) / cols))
-    if small:
+    if mode == "symbols":              # the subscripts already number the rows and columns
+        ax.set_xticks([])
+        ax.set_yticks([])
+    elif small:
         ax.set_xticks(np.arange(cols) + 0.5, [str(c + 1) for c in range(cols)])
         ax.set_yticks(np.arange(rows) + 0.5, [str(r + 1) for r in range(rows)])
     else:
@@ -186,7 +231,7 @@ def _grid(ax, x: np.ndarray, title: str, letter: str, mode: str) -> None:
     ax.tick_params(length=0, labelsize=8, colors="#666666")
     for spine in ax.spines.values():
         spine.set_visible(False)
-    ax.set_title(title, fontsize=12, pad=16)
+    ax.set_title(title, fontsize=12, pad=8 if mode == "symbols" else 16)
 
 
 def _length(cells: int) -> float:
@@ -233,7 +278,7 @@ def _three_panels(container, a: np.ndarray, b: np.ndarray, names, mode: str):
     ws = [_length(p), _length(n), _length(n)]
     axes = container.subplots(1, 3, gridspec_kw={"width_ratios": ws, "wspace": 0.55})
     c = a @ b
-    la, lb, lc = (s[0].lower() for s in names)
+    la, lb, lc = (_letter(s) for s in names)
     _grid(axes[0], a, f"{names[0]}  ({m}×{p})", la, mode)
     _grid(axes[1], b, f"{names[1]}  ({p}×{n})", lb, mode)
     _grid(axes[2], c, f"{names[2]} = {names[0]}{names[1]}  ({m}×{n})", lc, mode)
@@ -255,7 +300,7 @@ def _view(kind: str, a: Any, b: Any, index: int, *, labels: str, names: Sequence
     m, p = a.shape
     n = b.shape[1]
     mode = _labels_mode(labels, a.shape, b.shape)
-    la, lb, lc = (s[0].lower() for s in names)
+    la, lb, lc = (_letter(s) for s in names)
     if kind == "entry":
         i, j = index
         i = _index("i", i, m, f"row of {names[0]}")
@@ -284,8 +329,9 @@ def _view(kind: str, a: Any, b: Any, index: int, *, labels: str, names: Sequence
             _highlight(ax_a, i, i + 1, 0, p, PALETTE[0])
             _highlight(ax_b, 0, p, j, j + 1, PALETTE[0])
         _highlight(ax_c, i, i + 1, j, j + 1, _TARGET, target=True)
-        caption = (f"entry view:  ${lc}_{{{i + 1}{j + 1}}} = \\sum_t\\, {la}_{{{i + 1}t}}\\,"
-                   f"{lb}_{{t{j + 1}}}$  (row {i + 1} of {names[0]} · column {j + 1} "
+        caption = (f"entry view:  ${_ent(lc, str(i + 1), str(j + 1))} = \\sum_t\\, "
+                   f"{_ent(la, str(i + 1), 't')}\\,{_ent(lb, 't', str(j + 1))}$  "
+                   f"(row {i + 1} of {names[0]} · column {j + 1} "
                    f"of {names[1]})")
     elif kind == "column":
         if p <= len(PALETTE):
@@ -296,8 +342,8 @@ def _view(kind: str, a: Any, b: Any, index: int, *, labels: str, names: Sequence
             _highlight(ax_a, 0, m, 0, p, PALETTE[0])
             _highlight(ax_b, 0, p, j, j + 1, PALETTE[0])
         _highlight(ax_c, 0, m, j, j + 1, _TARGET, target=True)
-        caption = (f"column view:  $\\mathbf{{{lc}}}_{{:,{j + 1}}} = \\sum_t\\, "
-                   f"{lb}_{{t{j + 1}}}\\,\\mathbf{{{la}}}_{{:,t}}$  (columns of {names[0]}, "
+        caption = (f"column view:  ${_colvec(lc, str(j + 1))} = \\sum_t\\, "
+                   f"{_ent(lb, 't', str(j + 1))}\\,{_colvec(la, 't')}$  (columns of {names[0]}, "
                    f"weighted by column {j + 1} of {names[1]})")
     elif kind == "row":
         if p <= len(PALETTE):
@@ -308,16 +354,16 @@ def _view(kind: str, a: Any, b: Any, index: int, *, labels: str, names: Sequence
             _highlight(ax_a, i, i + 1, 0, p, PALETTE[0])
             _highlight(ax_b, 0, p, 0, n, PALETTE[0])
         _highlight(ax_c, i, i + 1, 0, n, _TARGET, target=True)
-        caption = (f"row view:  $\\mathbf{{{lc}}}_{{{i + 1},:}} = \\sum_t\\, "
-                   f"{la}_{{{i + 1}t}}\\,\\mathbf{{{lb}}}_{{t,:}}$  (rows of {names[1]}, "
+        caption = (f"row view:  ${_rowvec(lc, str(i + 1))} = \\sum_t\\, "
+                   f"{_ent(la, str(i + 1), 't')}\\,{_rowvec(lb, 't')}$  (rows of {names[1]}, "
                    f"weighted by row {i + 1} of {names[0]})")
     else:
         colour = _colour(t, p)
         _highlight(ax_a, 0, m, t, t + 1, colour)
         _highlight(ax_b, t, t + 1, 0, n, colour)
         _highlight(ax_c, 0, m, 0, n, colour, alpha=0.35)
-        caption = (f"outer-product view:  term $t={t + 1}$,  $\\mathbf{{{la}}}_{{:,{t + 1}}}"
-                   f"\\,\\mathbf{{{lb}}}_{{{t + 1},:}}$, adds to every entry of {names[2]}")
+        caption = (f"outer-product view:  term $t={t + 1}$,  ${_colvec(la, str(t + 1))}\\,"
+                   f"{_rowvec(lb, str(t + 1))}$, adds to every entry of {names[2]}")
     _finish(container, caption, height_in)
     return container if own else container.figure
 
@@ -330,8 +376,9 @@ def draw_entry_view(a: Any, b: Any, i: int = 0, j: int = 0, *, labels: str = "au
     i, j : 0-based row of A and column of B.
     labels : ``"auto"`` (values if no side exceeds 8), ``"values"``, ``"symbols"``
         (``a_{11}`` ...) or ``"none"``.
-    names : the letters of the left factor, right factor and product, e.g. ``("Q", "K^T", "S")``;
-        the first character of each, lower-cased, names the entries.
+    names : the names of the left factor, right factor and product, e.g. ``("Q", "Kᵀ", "S")``;
+        entries are written with the first letter lower-cased (``q_{12}``), or as
+        ``(K^\\top)_{12}`` for a name ending in ``ᵀ`` or ``^T``.
 
     Returns the Figure, with three axes (A, B, C). In A and B, the pair of cells multiplied
     for term t share colour t; the entry of C is grey with a black outline.
@@ -395,7 +442,7 @@ def draw_four_views(a: Any, b: Any, *, i: int = 0, j: int = 0, t: int = 0,
 
 
 def draw_outer_product_sum(a: Any, b: Any, *, block_size: int = 1, labels: str = "auto",
-                           names: Sequence[str] = ("A", "B", "C")):
+                           names: Sequence[str] = ("A", "B", "C"), index: str = "t"):
     """Draw ``C`` as the sum of its outer-product terms, grouped in blocks of ``block_size``.
 
     Panel k is ``A[:, T_k] @ B[T_k, :]`` for the block ``T_k`` of consecutive indices t
@@ -403,7 +450,8 @@ def draw_outer_product_sum(a: Any, b: Any, *, block_size: int = 1, labels: str =
     ``A`` the attention weights and ``B = V``, the blocks are blocks of keys: the idea the
     tiled-attention chapter builds on.
 
-    a : ``(m, p)``, b : ``(p, n)``; block_size : int in ``[1, p]``. Returns the Figure with
+    a : ``(m, p)``, b : ``(p, n)``; block_size : int in ``[1, p]``; index : the letter of the
+    summation index in the panel titles (``"j"`` for keys). Returns the Figure with
     ``ceil(p / block_size) + 1`` axes.
     """
     import matplotlib.pyplot as plt
@@ -416,8 +464,10 @@ def draw_outer_product_sum(a: Any, b: Any, *, block_size: int = 1, labels: str =
             or not 1 <= block_size <= p:
         raise ValueError(f"block_size: expected an int in [1, {p}] (p = columns of a), "
                          f"got {block_size!r}")
+    if not (isinstance(index, str) and len(index) == 1 and index.isalpha()):
+        raise ValueError(f"index: expected one letter, got {index!r}")
     mode = _labels_mode(labels, (m, n))
-    la, lb, lc = (s[0].lower() for s in names)
+    la, lb, lc = (_letter(s) for s in names)
     blocks = [list(range(s, min(s + block_size, p))) for s in range(0, p, block_size)]
     panels = len(blocks) + 1
     width_units = panels * (_length(n) + 1.6)
@@ -431,10 +481,10 @@ def draw_outer_product_sum(a: Any, b: Any, *, block_size: int = 1, labels: str =
         part = a[:, blk] @ b[blk, :]
         lo, hi = blk[0] + 1, blk[-1] + 1
         if lo == hi:
-            title = f"$\\mathbf{{{la}}}_{{:,{lo}}}\\,\\mathbf{{{lb}}}_{{{lo},:}}$"
+            title = f"${_colvec(la, str(lo))}\\,{_rowvec(lb, str(lo))}$"
         else:
-            title = (f"$\\sum_{{t={lo}}}^{{{hi}}} \\mathbf{{{la}}}_{{:,t}}\\,"
-                     f"\\mathbf{{{lb}}}_{{t,:}}$")
+            title = (f"$\\sum_{{{index}={lo}}}^{{{hi}}} {_colvec(la, index)}\\,"
+                     f"{_rowvec(lb, index)}$")
         _grid(axes[k], part, title, lc, "values" if mode == "values" else "none")
         _highlight(axes[k], 0, m, 0, n, _colour(k, len(blocks)), alpha=0.35)
         if k > 0:

@@ -173,13 +173,15 @@ def test_four_views_has_twelve_axes_in_order():
 
 @pytest.mark.parametrize("block_size,panels", [(1, 4), (2, 3), (3, 2)])
 def test_outer_product_sum_panels(block_size, panels):
-    fig = draw_outer_product_sum(A, B, block_size=block_size, labels="values")
+    fig = draw_outer_product_sum(A, B, block_size=block_size, labels="values", index="j")
     assert len(fig.axes) == panels
     assert all(highlighted_cells(ax) == every(3, 2) for ax in fig.axes)
     # the partial sums printed in the panels add up to the product printed in the last one
     grids = [np.array([float(s) for s in labels_of([ax])]).reshape(3, 2) for ax in fig.axes]
     assert np.array_equal(sum(grids[:-1]), grids[-1])
     assert np.array_equal(grids[-1], A @ B)
+    if block_size > 1:
+        assert "\\sum_{j=1}" in fig.axes[0].get_title()
 
 
 def test_convex_combination_figure():
@@ -218,6 +220,7 @@ def test_hull_of_a_square_with_an_inner_point():
     (lambda: draw_row_view(A, B, labels="latex"), ValueError, "labels: expected one of"),
     (lambda: draw_row_view(A, B, names=("A", "B")), ValueError, "names: expected three"),
     (lambda: draw_outer_product_sum(A, B, block_size=4), ValueError, "block_size"),
+    (lambda: draw_outer_product_sum(A, B, index="key"), ValueError, "index: expected one"),
     (lambda: draw_convex_combination(B, A), ValueError, "same d_v"),
     (lambda: draw_convex_combination(A, A, dims=(1, 1)), ValueError, "dims: expected two"),
     (lambda: draw_convex_combination(A, A, dims=(0, 3)), ValueError, "dims[1]"),
@@ -284,3 +287,15 @@ def test_timing_helper_returns_sane_ratios():
 def test_timing_helper_accepts_a_subset_of_views():
     result = time_matmul_views(4, 4, 4, repeats=1, views={"rows": MATMUL_VIEWS["rows"]})
     assert set(result) == {"@", "rows"}
+
+
+def test_a_transposed_factor_is_labelled_by_the_untransposed_entries():
+    # Entry (t, j) of K^T is k_{jt}: the cells of K^T read k_{11}, k_{21}, ... along row 1, and
+    # the caption of the row view names row t of K^T as column t of K, transposed.
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    fig = draw_row_view(q, k.T, 0, labels="symbols", names=("Q", "Kᵀ", "S"))
+    row_one = labels_of([fig.axes[1]])[:4]
+    assert row_one == ["$k_{11}$", "$k_{21}$", "$k_{31}$", "$k_{41}$"]
+    assert "\\mathbf{k}_{:,t}^\\top" in fig._suptitle.get_text()
+    assert fig.axes[2].get_title() == "S = QKᵀ  (4×4)"
