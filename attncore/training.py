@@ -1,0 +1,492 @@
+"""A tiny attention-only transformer, a synthetic induction task, and a seeded CPU training loop.
+
+The model exists to show *what attention heads learn*. It is the smallest network in which
+two heads must co-operate across layers:
+
+    h_0     = E[tokens] + P[:n]                          token + learned position embeddings
+    h_l     = h_{l-1} + MHA_l(h_{l-1}), causal           l = 1 .. num_layers (attncore layers)
+    logits  = h_L U                                      unembedding, (n, vocab_size)
+
+No MLPs and no layer norm: every bit of computation between input and output is attention,
+so the attention patterns are the whole story.
+
+The task (:func:`induction_batch`) is *induction*: at a position holding token ``a``, predict
+the token that followed the previous occurrence of ``a``. Each sequence holds one block of
+distinct tokens that is immediately repeated, at a random offset and of a random length,
+surrounded by distinct filler tokens, so a fixed positional offset cannot solve it:
+
+    ... 7 3 | 5 14 9 12 | 5 14 9 12 | 20 1 ...        targets at the second block:
+                          14  9 12  5                  the token after the earlier copy
+
+One attention layer cannot do this (the key at the earlier copy's *next* position carries
+that position's own token, not the one before it). Two layers can: a layer-1 head copies
+each position's *previous* token into it, and a layer-2 head matches the current token
+against that copied information and reads out the token found there (an "induction head").
+
+Training always runs on the CPU, in float64, on one thread, from NumPy-seeded draws, even when
+a GPU is present, so that a seed gives the same trained weights from one machine to the next
+(up to the last bits of the CPU's floating-point kernels).
+
+All arrays handed back to the caller are NumPy; tokens are ``int64``, weights ``float64``.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
+
+import numpy as np
+
+from ._backend import shape_of
+from .multihead import MultiHeadParams, init_multihead, multi_head_attention
+
+IGNORE_INDEX = -100
+"""Target value of positions that carry no label (the loss and the accuracy skip them)."""
+
+_MHA_FIELDS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+
+
+# --------------------------------------------------------------------------------------------
+# configuration and argument checks
+
+
+@dataclass(frozen=True)
+class InductionConfig:
+    """Everything that fixes a training run; the same config gives the same model.
+
+    vocab_size      number of distinct tokens; must be at least ``seq_len - min_repeat``
+                    (every token of a sequence is distinct except the repeated block)
+    seq_len         tokens per sequence, ``n``
+    min_repeat, max_repeat   length ``m`` of the repeated block, drawn uniformly in
+                    ``[min_repeat, max_repeat]``; ``2 * max_repeat <= seq_len``
+    d_model         width of the residual stream
+    num_heads       heads per attention layer (must divide ``d_model``)
+    num_layers      attention layers (2 are needed for induction)
+    batch_size, steps, lr    Adam on fresh batches, one batch per step
+    seed            seeds the initial weights and the data stream
+    """
+
+    vocab_size: int = 24
+    seq_len: int = 20
+    min_repeat: int = 3
+    max_repeat: int = 8
+    d_model: int = 32
+    num_heads: int = 2
+    num_layers: int = 2
+    batch_size: int = 64
+    steps: int = 500
+    lr: float = 3e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "seq_len", "min_repeat", "max_repeat", "d_model",
+                     "num_heads", "num_layers", "batch_size"):
+            _check_positive_int(name, getattr(self, name))
+        _check_nonnegative_int("steps", self.steps)
+        _check_nonnegative_int("seed", self.seed)
+        _check_task(self.vocab_size, self.seq_len, self.min_repeat, self.max_repeat)
+        if self.d_model % self.num_heads:
+            raise ValueError(f"num_heads: expected a divisor of d_model={self.d_model}, "
+                             f"got {self.num_heads}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr: expected a finite positive number, got {self.lr!r}")
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def _check_nonnegative_int(name: str, value: Any) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+
+
+def _check_task(vocab_size: int, seq_len: int, min_repeat: int, max_repeat: int) -> None:
+    if min_repeat < 2:
+        raise ValueError(f"min_repeat: expected at least 2 (a block of one token repeated "
+                         f"would make the target the token itself), got {min_repeat}")
+    if max_repeat < min_repeat:
+        raise ValueError(f"max_repeat: expected at least min_repeat={min_repeat}, "
+                         f"got {max_repeat}")
+    if 2 * max_repeat > seq_len:
+        raise ValueError(f"max_repeat: expected 2 * max_repeat <= seq_len={seq_len} (the block "
+                         f"and its copy must fit), got max_repeat={max_repeat}")
+    if vocab_size < seq_len - min_repeat:
+        raise ValueError(f"vocab_size: expected at least seq_len - min_repeat = "
+                         f"{seq_len - min_repeat} so that all non-repeated tokens are "
+                         f"distinct, got {vocab_size}")
+
+
+# --------------------------------------------------------------------------------------------
+# data
+
+
+def induction_batch(rng: np.random.Generator, batch_size: int, seq_len: int, vocab_size: int,
+                    *, min_repeat: int = 3, max_repeat: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """A batch of induction sequences and their targets.
+
+    Each row is built from ``seq_len - m`` *distinct* tokens: a block ``a_1 .. a_m`` that
+    appears twice in a row, starting at a random position ``p``, and filler tokens around it::
+
+        tokens  = f_1 .. f_p  a_1 .. a_m  a_1 .. a_m  f_{p+1} .. f_{n-2m}
+        targets = -100 ...    -100 ...    a_2 .. a_m a_1   -100 ...
+
+    The target at a position holding token ``a`` is the token that followed the previous
+    occurrence of ``a``; only the second copy of the block has a previous occurrence, every
+    other position gets ``IGNORE_INDEX`` (-100).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator, the only source of randomness (reproducible across machines)
+    batch_size, seq_len, vocab_size : ints; ``vocab_size >= seq_len - min_repeat``
+    min_repeat, max_repeat : bounds (inclusive) of the block length ``m``;
+        ``2 <= min_repeat <= max_repeat`` and ``2 * max_repeat <= seq_len``
+
+    Returns
+    -------
+    tokens : int64 array ``(batch_size, seq_len)`` in ``[0, vocab_size)``
+    targets : int64 array ``(batch_size, seq_len)``, a token or ``IGNORE_INDEX``
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng: expected a numpy.random.Generator "
+                        f"(np.random.default_rng(seed)), got {type(rng).__name__}")
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len),
+                        ("vocab_size", vocab_size), ("min_repeat", min_repeat),
+                        ("max_repeat", max_repeat)):
+        _check_positive_int(name, value)
+    _check_task(vocab_size, seq_len, min_repeat, max_repeat)
+    n = seq_len
+    m = rng.integers(min_repeat, max_repeat + 1, size=(batch_size, 1))
+    # p uniform in [0, n - 2m]: the block and its copy fit before the end
+    p = np.floor(rng.random((batch_size, 1)) * (n - 2 * m + 1)).astype(np.int64)
+    # a random permutation of the vocabulary per row: its first m entries are the block,
+    # the next n - 2m the filler, so every token of a row is distinct except the repeat
+    perm = np.argsort(rng.random((batch_size, vocab_size)), axis=1, kind="stable")
+    t = np.arange(n)[None, :]
+    index = np.where(t < p, m + t,                       # filler before the block
+            np.where(t < p + m, t - p,                   # the block
+            np.where(t < p + 2 * m, t - p - m,           # its copy
+                     t - m)))                            # filler after (index m + t - 2m)
+    tokens = np.take_along_axis(perm, index, axis=1).astype(np.int64)
+    in_copy = (t >= p + m) & (t < p + 2 * m)
+    # position t of the copy holds a_j, whose previous occurrence is t - m; target: t - m + 1
+    source = np.clip(t - m + 1, 0, n - 1)
+    targets = np.where(in_copy, np.take_along_axis(tokens, source, axis=1), IGNORE_INDEX)
+    return tokens, targets.astype(np.int64)
+
+
+def previous_occurrence(tokens: np.ndarray) -> np.ndarray:
+    """For each position, the index of the previous occurrence of its token, or -1.
+
+    ``tokens`` : int array ``(..., n)``. Returns an int64 array of the same shape. This is the
+    ground truth that an induction head must discover: position ``t`` should attend to
+    ``previous_occurrence(tokens)[t] + 1``.
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim < 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens: expected an integer array (..., n), got dtype "
+                         f"{tokens.dtype} and shape {tokens.shape}")
+    n = tokens.shape[-1]
+    same = tokens[..., :, None] == tokens[..., None, :]          # (..., n, n): t, s
+    earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)         # s < t
+    hits = same & earlier
+    last = n - 1 - np.argmax(hits[..., ::-1], axis=-1)           # largest such s
+    return np.where(hits.any(axis=-1), last, -1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# model
+
+
+@dataclass
+class AttentionOnlyModel:
+    """An attention-only transformer whose weights are torch tensors that require grad.
+
+    Attributes
+    ----------
+    tok_emb : ``(vocab_size, d_model)``   token embedding ``E``
+    pos_emb : ``(seq_len, d_model)``      learned position embedding ``P``
+    layers  : list of :class:`MultiHeadParams`, one per attention layer (torch tensors)
+    unembed : ``(d_model, vocab_size)``   unembedding ``U``
+    """
+
+    tok_emb: Any
+    pos_emb: Any
+    layers: list[MultiHeadParams]
+    unembed: Any
+    config: InductionConfig = field(default_factory=InductionConfig)
+
+    def parameters(self) -> list[Any]:
+        """Every trainable tensor, in a fixed order."""
+        out = [self.tok_emb, self.pos_emb, self.unembed]
+        for layer in self.layers:
+            out.extend(getattr(layer, n) for n in _MHA_FIELDS if getattr(layer, n) is not None)
+        return out
+
+    def num_parameters(self) -> int:
+        return sum(int(p.numel()) for p in self.parameters())
+
+    def forward(self, tokens: Any, *, return_weights: bool = False) -> Any:
+        """Logits for every position.
+
+        tokens : int64 tensor ``(batch, n)`` with ``n <= seq_len`` (or a NumPy array).
+        Returns logits ``(batch, n, vocab_size)``; with ``return_weights`` also a list with
+        one ``(batch, num_heads, n, n)`` tensor of attention weights per layer.
+        """
+        import torch
+
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim != 2 or tokens.dtype != torch.int64:
+            raise ValueError(f"tokens: expected an int64 tensor (batch, n), got dtype "
+                             f"{tokens.dtype} and shape {tuple(tokens.shape)}")
+        n = int(tokens.shape[1])
+        vocab, max_len = shape_of(self.tok_emb)[0], shape_of(self.pos_emb)[0]
+        if n > max_len:
+            raise ValueError(f"tokens: expected at most seq_len={max_len} positions, got {n}")
+        if n and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+            raise ValueError(f"tokens: expected values in [0, {vocab}), got "
+                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+        h = self.tok_emb[tokens] + self.pos_emb[:n]
+        weights = []
+        for layer in self.layers:
+            if return_weights:
+                out, w = multi_head_attention(layer, h, causal=True, return_weights=True)
+                weights.append(w)
+            else:
+                out = multi_head_attention(layer, h, causal=True)
+            h = h + out
+        logits = h @ self.unembed
+        return (logits, weights) if return_weights else logits
+
+
+def init_attention_only(config: InductionConfig) -> AttentionOnlyModel:
+    """Seeded float64 CPU weights: the same ``config.seed`` gives the same numbers anywhere.
+
+    Embeddings are ``N(0, 1)`` (so that each token and position starts as a unit-scale
+    direction), the unembedding ``N(0, 1/d_model)``, the attention layers Xavier-uniform via
+    :func:`attncore.multihead.init_multihead` (biases zero). Every draw comes from NumPy's
+    ``default_rng``, never from torch's generator.
+    """
+    import torch
+
+    c = config
+    rng = np.random.default_rng(c.seed)
+
+    def param(a: np.ndarray) -> Any:
+        return torch.tensor(a, dtype=torch.float64).requires_grad_()
+
+    tok_emb = param(rng.normal(0.0, 1.0, (c.vocab_size, c.d_model)))
+    pos_emb = param(rng.normal(0.0, 1.0, (c.seq_len, c.d_model)))
+    unembed = param(rng.normal(0.0, 1.0 / math.sqrt(c.d_model), (c.d_model, c.vocab_size)))
+    layers = []
+    for index in range(c.num_layers):
+        layer_seed = int(rng.integers(0, 2**31 - 1)) + index
+        mha = init_multihead(c.d_model, c.num_heads, seed=layer_seed, dtype=torch.float64,
+                             backend="torch")
+        for n in _MHA_FIELDS:
+            getattr(mha, n).requires_grad_()
+        layers.append(mha)
+    return AttentionOnlyModel(tok_emb, pos_emb, layers, unembed, config=c)
+
+
+# --------------------------------------------------------------------------------------------
+# training and evaluation
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run torch on one CPU thread: the sums are then done in one fixed order."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _loss(logits: Any, targets: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
+def train_induction(config: InductionConfig | None = None, **overrides: Any
+                    ) -> tuple[AttentionOnlyModel, list[float]]:
+    """Train an :class:`AttentionOnlyModel` on :func:`induction_batch` data; return it and its losses.
+
+    ``config`` (default :class:`InductionConfig()`) may be adjusted by keyword, e.g.
+    ``train_induction(steps=50)``. Each step draws a fresh batch from
+    ``np.random.default_rng(config.seed + 1)`` and takes one Adam step on the mean
+    cross-entropy over labelled positions. Runs on the CPU, float64, one thread (restored
+    afterwards), whatever devices exist: a seed fixes the result.
+
+    Returns
+    -------
+    model : the trained model (its tensors still require grad)
+    losses : list of ``config.steps`` Python floats, the training loss at each step
+    """
+    import torch
+
+    config = replace(config or InductionConfig(), **overrides)
+    c = config
+    with _one_thread():
+        model = init_attention_only(c)
+        data = np.random.default_rng(c.seed + 1)
+        opt = torch.optim.Adam(model.parameters(), lr=c.lr)
+        losses: list[float] = []
+        for _ in range(c.steps):
+            tokens, targets = induction_batch(data, c.batch_size, c.seq_len, c.vocab_size,
+                                              min_repeat=c.min_repeat, max_repeat=c.max_repeat)
+            loss = _loss(model.forward(torch.from_numpy(tokens)), torch.from_numpy(targets))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+    return model, losses
+
+
+def evaluate(model: AttentionOnlyModel, tokens: np.ndarray, targets: np.ndarray
+             ) -> tuple[float, float]:
+    """``(mean loss, accuracy)`` over the labelled positions of a batch.
+
+    tokens, targets : int64 arrays ``(batch, n)`` as from :func:`induction_batch`.
+    Accuracy is the fraction of positions with a target whose arg-max logit is that target.
+    Raises ``ValueError`` if no position is labelled.
+    """
+    import torch
+
+    tokens, targets = _check_pair(tokens, targets)
+    with _one_thread(), torch.no_grad():
+        logits = model.forward(torch.from_numpy(tokens))
+        t = torch.from_numpy(targets)
+        labelled = t != IGNORE_INDEX
+        correct = (logits.argmax(dim=-1) == t) & labelled
+        return float(_loss(logits, t)), int(correct.sum()) / int(labelled.sum())
+
+
+def accuracy(model: AttentionOnlyModel, tokens: np.ndarray, targets: np.ndarray) -> float:
+    """Fraction of labelled positions (target != -100) whose arg-max prediction is right."""
+    return evaluate(model, tokens, targets)[1]
+
+
+def _check_pair(tokens: Any, targets: Any) -> tuple[np.ndarray, np.ndarray]:
+    tokens, targets = np.asarray(tokens), np.asarray(targets)
+    for name, x in (("tokens", tokens), ("targets", targets)):
+        if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
+            raise ValueError(f"{name}: expected an integer array (batch, n), got dtype "
+                             f"{x.dtype} and shape {x.shape}")
+    if tokens.shape != targets.shape:
+        raise ValueError(f"tokens and targets: expected the same shape, got {tokens.shape} "
+                         f"and {targets.shape}")
+    if not (targets != IGNORE_INDEX).any():
+        raise ValueError(f"targets: expected at least one labelled position (a value other "
+                         f"than IGNORE_INDEX={IGNORE_INDEX}), got none")
+    return tokens.astype(np.int64), targets.astype(np.int64)
+
+
+def head_attention(model: AttentionOnlyModel, tokens: np.ndarray) -> np.ndarray:
+    """Attention weights of every head of every layer on one sequence.
+
+    tokens : int array ``(n,)``, one example. Returns a float64 NumPy array
+    ``(num_layers, num_heads, n, n)``: entry ``[l, h, i, j]`` is how much query position
+    ``i`` of head ``h`` in layer ``l`` attends to key position ``j`` (rows sum to 1; zero
+    above the diagonal, the layers being causal).
+    """
+    import torch
+
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens: expected one integer sequence of shape (n,), got dtype "
+                         f"{tokens.dtype} and shape {tokens.shape}")
+    with _one_thread(), torch.no_grad():
+        _, weights = model.forward(torch.from_numpy(tokens.astype(np.int64))[None],
+                                   return_weights=True)
+    return np.stack([w[0].numpy() for w in weights])
+
+
+def ablate_heads(model: AttentionOnlyModel, heads: Any) -> AttentionOnlyModel:
+    """A copy of ``model`` in which the given heads write nothing.
+
+    heads : iterable of ``(layer, head)`` pairs, 0-based.
+
+    A layer's output is ``concat(head_1 .. head_H) W_O + b_O = sum_h head_h W_O[rows_h] + b_O``
+    where ``rows_h`` is head h's block of ``d_head`` rows of ``W_O``; zeroing that block
+    removes head h's contribution and leaves every other head untouched. The copy's tensors
+    are detached (no grad); ``model`` is not modified.
+    """
+    import torch
+
+    L, H = len(model.layers), model.config.num_heads
+    chosen = []
+    for pair in heads:
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(isinstance(i, (int, np.integer)) for i in pair)
+                or not (0 <= pair[0] < L and 0 <= pair[1] < H)):
+            raise ValueError(f"heads: expected (layer, head) pairs with 0 <= layer < {L} and "
+                             f"0 <= head < {H}, got {pair!r}")
+        chosen.append((int(pair[0]), int(pair[1])))
+
+    def copy(t: Any) -> Any:
+        return None if t is None else t.detach().clone()
+
+    layers = [MultiHeadParams(**{n: copy(getattr(layer, n)) for n in _MHA_FIELDS},
+                              num_heads=layer.num_heads) for layer in model.layers]
+    for layer, head in chosen:
+        d = layers[layer].d_head
+        with torch.no_grad():
+            layers[layer].w_o[head * d:(head + 1) * d, :] = 0.0
+    return AttentionOnlyModel(copy(model.tok_emb), copy(model.pos_emb), layers,
+                              copy(model.unembed), config=model.config)
+
+
+def previous_token_score(weights: np.ndarray) -> np.ndarray:
+    """Mean attention from each position ``i >= 1`` to position ``i - 1``.
+
+    weights : ``(..., n, n)`` attention weights. Returns ``(...)``; 1 means a perfect
+    previous-token head, about ``1 / i`` on average a head that spreads its weight evenly.
+    """
+    weights = np.asarray(weights)
+    if weights.ndim < 2 or weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 2:
+        raise ValueError(f"weights: expected shape (..., n, n) with n >= 2, got {weights.shape}")
+    return np.diagonal(weights, offset=-1, axis1=-2, axis2=-1).mean(axis=-1)
+
+
+def induction_score(weights: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Mean attention from each position with an earlier copy of its token to the position
+    just after that copy (where the answer sits).
+
+    weights : ``(..., n, n)``; tokens : int ``(n,)``, the sequence the weights were computed
+    on, with at least one repeated token. Returns ``(...)``; 1 means a perfect induction head.
+    """
+    weights, tokens = np.asarray(weights), np.asarray(tokens)
+    if weights.ndim < 2 or tokens.ndim != 1 or weights.shape[-2:] != (len(tokens),) * 2:
+        raise ValueError(f"weights and tokens: expected shapes (..., n, n) and (n,), got "
+                         f"{weights.shape} and {tokens.shape}")
+    prev = previous_occurrence(tokens)
+    queries = np.flatnonzero(prev >= 0)
+    if queries.size == 0:
+        raise ValueError("tokens: expected at least one repeated token, got none")
+    return weights[..., queries, prev[queries] + 1].mean(axis=-1)
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "AttentionOnlyModel",
+    "InductionConfig",
+    "ablate_heads",
+    "accuracy",
+    "evaluate",
+    "head_attention",
+    "induction_batch",
+    "induction_score",
+    "init_attention_only",
+    "previous_occurrence",
+    "previous_token_score",
+    "train_induction",
+]

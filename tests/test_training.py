@@ -1,0 +1,354 @@
+"""Tests for attncore.training: the induction data, the attention-only model, training, probes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from attncore.attention import scaled_dot_product_attention  # noqa: E402
+from attncore.multihead import merge_heads, multi_head_attention, split_heads  # noqa: E402
+from attncore.training import (  # noqa: E402
+    IGNORE_INDEX,
+    AttentionOnlyModel,
+    InductionConfig,
+    ablate_heads,
+    accuracy,
+    evaluate,
+    head_attention,
+    induction_batch,
+    induction_score,
+    init_attention_only,
+    previous_occurrence,
+    previous_token_score,
+    train_induction,
+)
+
+SMALL = InductionConfig(vocab_size=12, seq_len=10, min_repeat=2, max_repeat=4, d_model=8,
+                        num_heads=2, num_layers=2, batch_size=8, steps=3)
+
+
+# --------------------------------------------------------------------------------------------
+# data
+
+
+@st.composite
+def task(draw):
+    seq_len = draw(st.integers(4, 24))
+    max_repeat = draw(st.integers(2, seq_len // 2))
+    min_repeat = draw(st.integers(2, max_repeat))
+    vocab_size = draw(st.integers(seq_len - min_repeat, seq_len + 10))
+    return dict(seed=draw(st.integers(0, 2**32 - 1)), batch_size=draw(st.integers(1, 6)),
+                seq_len=seq_len, vocab_size=vocab_size, min_repeat=min_repeat,
+                max_repeat=max_repeat)
+
+
+def _batch(t):
+    return induction_batch(np.random.default_rng(t["seed"]), t["batch_size"], t["seq_len"],
+                           t["vocab_size"], min_repeat=t["min_repeat"],
+                           max_repeat=t["max_repeat"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(task())
+def test_induction_batch_structure(t):
+    tokens, targets = _batch(t)
+    shape = (t["batch_size"], t["seq_len"])
+    assert tokens.shape == targets.shape == shape
+    assert tokens.dtype == targets.dtype == np.int64
+    assert tokens.min() >= 0 and tokens.max() < t["vocab_size"]
+    for row, target in zip(tokens, targets):
+        values, counts = np.unique(row, return_counts=True)
+        assert counts.max() == 2                               # only the block repeats
+        m = int((counts == 2).sum())
+        assert t["min_repeat"] <= m <= t["max_repeat"]
+        twice = np.flatnonzero(np.isin(row, values[counts == 2]))
+        start = twice[0]
+        # the repeated tokens form a block immediately followed by its copy
+        np.testing.assert_array_equal(twice, np.arange(start, start + 2 * m))
+        np.testing.assert_array_equal(row[start:start + m], row[start + m:start + 2 * m])
+        labelled = np.flatnonzero(target != IGNORE_INDEX)
+        np.testing.assert_array_equal(labelled, np.arange(start + m, start + 2 * m))
+
+
+@settings(max_examples=60, deadline=None)
+@given(task())
+def test_targets_follow_the_previous_occurrence(t):
+    tokens, targets = _batch(t)
+    prev = previous_occurrence(tokens)
+    for row in range(tokens.shape[0]):
+        for i in range(tokens.shape[1]):
+            if prev[row, i] < 0:
+                assert targets[row, i] == IGNORE_INDEX
+            else:
+                assert targets[row, i] == tokens[row, prev[row, i] + 1]
+
+
+def test_induction_batch_is_reproducible_and_varied():
+    a = induction_batch(np.random.default_rng(3), 200, 20, 24)
+    b = induction_batch(np.random.default_rng(3), 200, 20, 24)
+    c = induction_batch(np.random.default_rng(4), 200, 20, 24)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+    # block length and position both vary, so no fixed offset solves the task
+    labelled = a[1] != IGNORE_INDEX
+    lengths = labelled.sum(axis=1)
+    first = labelled.argmax(axis=1)
+    assert set(lengths.tolist()) == set(range(3, 9))
+    assert len(set(first.tolist())) > 5
+
+
+def test_induction_batch_pinned_example():
+    tokens, targets = induction_batch(np.random.default_rng(6), 1, 20, 24)
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWX"))
+    assert "".join(letters[tokens[0]]) == "UPFKOITHKOITHABRVXSD"
+    assert "".join("." if t < 0 else letters[t] for t in targets[0]) == "........OITHK......."
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(vocab_size=10), "vocab_size"),
+    (dict(max_repeat=11), "max_repeat"),
+    (dict(min_repeat=1), "min_repeat"),
+    (dict(min_repeat=5, max_repeat=4), "max_repeat"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(seq_len=2.5), "seq_len"),
+])
+def test_induction_batch_rejects_bad_arguments(kwargs, match):
+    args = dict(batch_size=2, seq_len=20, vocab_size=24, min_repeat=3, max_repeat=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        induction_batch(np.random.default_rng(0), args.pop("batch_size"), args.pop("seq_len"),
+                        args.pop("vocab_size"), **args)
+
+
+def test_induction_batch_needs_a_generator():
+    with pytest.raises(TypeError, match="rng"):
+        induction_batch(0, 2, 20, 24)
+
+
+def test_previous_occurrence():
+    tokens = np.array([[5, 1, 5, 2, 1, 5], [0, 1, 2, 3, 4, 5]])
+    expected = np.array([[-1, -1, 0, -1, 1, 2], [-1] * 6])
+    np.testing.assert_array_equal(previous_occurrence(tokens), expected)
+    with pytest.raises(ValueError, match="tokens"):
+        previous_occurrence(np.array([0.5, 1.0]))
+
+
+# --------------------------------------------------------------------------------------------
+# config and model
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_heads=3), "num_heads"),
+    (dict(lr=0.0), "lr"),
+    (dict(lr=float("nan")), "lr"),
+    (dict(steps=-1), "steps"),
+    (dict(d_model=0), "d_model"),
+    (dict(vocab_size=5), "vocab_size"),
+    (dict(num_layers=True), "num_layers"),
+])
+def test_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        InductionConfig(**kwargs)
+
+
+def test_model_shapes_and_parameter_count():
+    c = SMALL
+    model = init_attention_only(c)
+    assert all(p.requires_grad and p.dtype == torch.float64 and p.device.type == "cpu"
+               for p in model.parameters())
+    d = c.d_model
+    expected = c.vocab_size * d * 2 + c.seq_len * d + c.num_layers * (4 * d * d + 4 * d)
+    assert model.num_parameters() == expected
+    tokens, _ = induction_batch(np.random.default_rng(0), 3, c.seq_len, c.vocab_size,
+                                min_repeat=c.min_repeat, max_repeat=c.max_repeat)
+    with torch.no_grad():
+        logits, weights = model.forward(torch.from_numpy(tokens), return_weights=True)
+    assert logits.shape == (3, c.seq_len, c.vocab_size)
+    assert len(weights) == c.num_layers
+    for w in weights:
+        assert w.shape == (3, c.num_heads, c.seq_len, c.seq_len)
+        torch.testing.assert_close(w.sum(-1), torch.ones(3, c.num_heads, c.seq_len,
+                                                         dtype=torch.float64))
+        assert float(w.triu(1).abs().max()) == 0.0          # causal
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward(tokens), logits)
+
+
+def test_model_is_causal():
+    model = init_attention_only(SMALL)
+    tokens = torch.arange(SMALL.seq_len)[None] % SMALL.vocab_size
+    changed = tokens.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % SMALL.vocab_size
+    a, b = model.forward(tokens), model.forward(changed)
+    torch.testing.assert_close(a[:, :-1], b[:, :-1], rtol=0, atol=0)
+    assert not torch.allclose(a[:, -1], b[:, -1])
+
+
+def test_init_is_seeded_by_numpy_only():
+    torch.manual_seed(123)
+    a = init_attention_only(SMALL)
+    torch.manual_seed(456)
+    b = init_attention_only(SMALL)
+    c = init_attention_only(InductionConfig(**{**SMALL.__dict__, "seed": 1}))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.tok_emb, c.tok_emb)
+
+
+@pytest.mark.parametrize("tokens, match", [
+    (np.full((1, 11), 0, dtype=np.int64), "seq_len"),
+    (np.full((1, 4), 12, dtype=np.int64), r"\[0, 12\)"),
+    (np.full((1, 4), -1, dtype=np.int64), r"\[0, 12\)"),
+    (np.zeros((4,), dtype=np.int64), "batch, n"),
+    (np.zeros((1, 4), dtype=np.int32), "int64"),
+])
+def test_forward_rejects_bad_tokens(tokens, match):
+    with pytest.raises(ValueError, match=match):
+        init_attention_only(SMALL).forward(tokens)
+
+
+# --------------------------------------------------------------------------------------------
+# training
+
+
+def test_short_training_reduces_the_loss():
+    c = InductionConfig(vocab_size=12, seq_len=10, min_repeat=2, max_repeat=4, d_model=16,
+                        num_heads=2, batch_size=32, steps=60, lr=1e-2)
+    model, losses = train_induction(c)
+    assert len(losses) == 60 and all(math.isfinite(x) for x in losses)
+    assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
+    held_out = induction_batch(np.random.default_rng(99), 64, c.seq_len, c.vocab_size,
+                               min_repeat=c.min_repeat, max_repeat=c.max_repeat)
+    untrained = init_attention_only(c)
+    assert evaluate(model, *held_out)[0] < evaluate(untrained, *held_out)[0]
+
+
+def test_training_is_deterministic_and_restores_threads():
+    threads = torch.get_num_threads()
+    torch.manual_seed(0)
+    m1, l1 = train_induction(SMALL)
+    torch.manual_seed(1)                      # torch's generator plays no part
+    m2, l2 = train_induction(SMALL)
+    m3, l3 = train_induction(SMALL, seed=1)
+    assert torch.get_num_threads() == threads
+    assert l1 == l2
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    assert l1 != l3
+
+
+def test_train_overrides_and_zero_steps():
+    model, losses = train_induction(SMALL, steps=0, num_layers=1)
+    assert losses == [] and len(model.layers) == 1
+    fresh = init_attention_only(InductionConfig(**{**SMALL.__dict__, "num_layers": 1}))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+    with pytest.raises(TypeError):
+        train_induction(SMALL, no_such_option=1)
+
+
+def test_accuracy_matches_a_direct_count():
+    c = SMALL
+    model = init_attention_only(c)
+    tokens, targets = induction_batch(np.random.default_rng(5), 16, c.seq_len, c.vocab_size,
+                                      min_repeat=c.min_repeat, max_repeat=c.max_repeat)
+    with torch.no_grad():
+        pred = model.forward(torch.from_numpy(tokens)).argmax(-1).numpy()
+    labelled = targets != IGNORE_INDEX
+    assert accuracy(model, tokens, targets) == (pred == targets)[labelled].mean()
+    # targets set to the model's own predictions: every labelled position is right
+    oracle_targets = np.where(labelled, pred, IGNORE_INDEX)
+    assert accuracy(model, tokens, oracle_targets) == 1.0
+    with pytest.raises(ValueError, match="labelled"):
+        evaluate(model, tokens, np.full_like(targets, IGNORE_INDEX))
+    with pytest.raises(ValueError, match="same shape"):
+        evaluate(model, tokens, targets[:, :-1])
+
+
+# --------------------------------------------------------------------------------------------
+# probes: attention patterns, scores, ablations
+
+
+def test_head_attention_matches_forward():
+    model = init_attention_only(SMALL)
+    tokens, _ = induction_batch(np.random.default_rng(1), 1, SMALL.seq_len, SMALL.vocab_size,
+                                min_repeat=2, max_repeat=4)
+    w = head_attention(model, tokens[0])
+    assert w.shape == (SMALL.num_layers, SMALL.num_heads, SMALL.seq_len, SMALL.seq_len)
+    assert w.dtype == np.float64
+    with torch.no_grad():
+        _, weights = model.forward(torch.from_numpy(tokens), return_weights=True)
+    np.testing.assert_array_equal(w, np.stack([x[0].numpy() for x in weights]))
+    with pytest.raises(ValueError, match="tokens"):
+        head_attention(model, tokens)
+
+
+def test_scores_of_ideal_patterns():
+    n = 6
+    shift = np.eye(n, k=-1)
+    shift[0, 0] = 1.0
+    assert previous_token_score(shift) == 1.0
+    assert previous_token_score(np.eye(n)) == 0.0
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    assert math.isclose(previous_token_score(uniform), np.mean(1 / np.arange(2, n + 1)))
+
+    tokens = np.array([7, 3, 4, 9, 3, 4])       # 3 4 repeats: queries 4, 5 -> keys 2, 3
+    ideal = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    ideal[4] = np.eye(n)[2]
+    ideal[5] = np.eye(n)[3]
+    assert induction_score(ideal, tokens) == 1.0
+    assert induction_score(np.stack([ideal, np.eye(n)]), tokens).tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="repeated"):
+        induction_score(ideal, np.arange(n))
+    with pytest.raises(ValueError, match="shapes"):
+        induction_score(ideal, tokens[:-1])
+    with pytest.raises(ValueError, match="weights"):
+        previous_token_score(np.ones((3, 4)))
+
+
+def test_ablating_a_head_removes_exactly_its_contribution():
+    model = init_attention_only(SMALL)
+    layer = model.layers[0]
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal((2, 5, SMALL.d_model)))
+    d = layer.d_head
+    with torch.no_grad():
+        q = split_heads(x @ layer.w_q + layer.b_q, layer.num_heads)
+        k = split_heads(x @ layer.w_k + layer.b_k, layer.num_heads)
+        v = split_heads(x @ layer.w_v + layer.b_v, layer.num_heads)
+        heads = scaled_dot_product_attention(q, k, v, causal=True)
+        full = multi_head_attention(layer, x, causal=True)
+        for h in range(layer.num_heads):
+            ablated = ablate_heads(model, [(0, h)]).layers[0]
+            expected = full - heads[:, h] @ layer.w_o[h * d:(h + 1) * d]
+            torch.testing.assert_close(multi_head_attention(ablated, x, causal=True), expected)
+        # and the decomposition it relies on
+        torch.testing.assert_close(merge_heads(heads) @ layer.w_o + layer.b_o, full)
+
+
+def test_ablate_heads_copies_and_validates():
+    model = init_attention_only(SMALL)
+    before = [p.detach().clone() for p in model.parameters()]
+    none = ablate_heads(model, [])
+    every = ablate_heads(model, [(l, h) for l in range(2) for h in range(2)])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(not p.requires_grad for p in every.parameters())
+    tokens = torch.from_numpy(induction_batch(np.random.default_rng(0), 2, SMALL.seq_len,
+                                              SMALL.vocab_size, min_repeat=2,
+                                              max_repeat=4)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(none.forward(tokens), model.forward(tokens), rtol=0, atol=0)
+        # with every head silenced only the embeddings and the output biases reach the logits
+        h = model.tok_emb[tokens] + model.pos_emb[:SMALL.seq_len]
+        h = h + sum(layer.b_o for layer in model.layers)
+        torch.testing.assert_close(every.forward(tokens), h @ model.unembed)
+    for bad in ([(2, 0)], [(0, 2)], [(0,)], [("0", 1)]):
+        with pytest.raises(ValueError, match="heads"):
+            ablate_heads(model, bad)
+
+
+def test_model_container_type():
+    assert isinstance(init_attention_only(SMALL), AttentionOnlyModel)
