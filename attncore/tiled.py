@@ -99,23 +99,31 @@ def _check_block_max(m: Any) -> None:
 
 # --- the online-softmax state ------------------------------------------------------------
 
-def softmax_state(scores: Any, v: Any) -> SoftmaxState:
+def softmax_state(scores: Any, v: Any, *, overwrite_scores: bool = False) -> SoftmaxState:
     """The state of one block of keys: ``(max, sum, out)`` from its scores and values.
 
     scores : ``(..., n_q, b)`` floating; ``-inf`` marks a masked key (probability 0).
     v      : ``(..., b, d_v)`` the values of those ``b`` keys, same dtype.
+    overwrite_scores : reuse ``scores``' memory for the exponentials (``scores`` is then
+        destroyed); tiled attention does this with its own temporary block of scores.
 
     Returns a :class:`SoftmaxState` with ``max (..., n_q, 1)``, ``sum (..., n_q, 1)`` and
     ``out (..., n_q, d_v)``. ``finalize_softmax_state(softmax_state(s, v))`` equals
-    ``softmax(s) @ v``. ``scores`` is not modified.
+    ``softmax(s) @ v``.
     """
+    xp = _xp(scores)
     m = _row_max(scores)
     _check_block_max(m)
-    p = _xp(scores).exp(scores - _finite_or_zero(m))
+    if overwrite_scores:
+        scores -= _finite_or_zero(m)
+        p = xp.exp(scores, out=scores)
+    else:
+        p = xp.exp(scores - _finite_or_zero(m))
     return SoftmaxState(m, _row_sum(p), p @ v)
 
 
-def merge_softmax_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
+def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
+                         into_a: bool = False) -> SoftmaxState:
     """The state of the union of two disjoint sets of keys, from the states of each.
 
     With ``m = max(m_a, m_b)``, ``alpha = exp(m_a - m)`` and ``beta = exp(m_b - m)``::
@@ -125,13 +133,24 @@ def merge_softmax_states(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
     Both factors are at most 1 (no overflow), and the one belonging to the larger maximum is
     exactly 1. Shapes as in :class:`SoftmaxState`; the states must share library, device and
     dtype. The merge is associative and commutative, with identity ``(-inf, 0, 0)``.
+
+    into_a : write the result into ``a``'s arrays (which may be views into a larger state) and
+        return ``a``, instead of allocating new arrays. ``b.out`` is overwritten too.
     """
     xp = _xp(a.max)
     m = xp.maximum(a.max, b.max)
     shift = _finite_or_zero(m)
     alpha = xp.exp(a.max - shift)
     beta = xp.exp(b.max - shift)
-    return SoftmaxState(m, alpha * a.sum + beta * b.sum, alpha * a.out + beta * b.out)
+    if not into_a:
+        return SoftmaxState(m, alpha * a.sum + beta * b.sum, alpha * a.out + beta * b.out)
+    a.sum[...] = alpha * a.sum + beta * b.sum
+    out_a, out_b = a.out, b.out          # in-place arithmetic on the arrays themselves
+    out_a *= alpha
+    out_b *= beta
+    out_a += out_b
+    a.max[...] = m
+    return a
 
 
 def finalize_softmax_state(state: SoftmaxState) -> Any:
@@ -186,9 +205,10 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
     Returns ``(..., n_q, d_v)``, same dtype, library and device as ``q``. Rows with every key
     masked are zeros.
 
-    Memory: besides the inputs and the output, at most ``(..., n_q, block_size)`` scores and
-    their exponentials, and the running state (two ``(..., n_q, 1)`` columns and one
-    ``(..., n_q, d_v)`` accumulator): ``O(n_q * (block_size + d_v))`` per batch entry instead of
+    Memory: besides the inputs and the output, one ``(..., n_q, block_size)`` block of scores
+    (overwritten by its exponentials), the scaled queries, and the running state (two
+    ``(..., n_q, 1)`` columns and a ``(..., n_q, d_v)`` accumulator) with the block's own
+    ``(..., n_q, d_v)`` output: ``O(n_q * (block_size + d_k + d_v))`` per batch entry instead of
     the reference's ``O(n_q * n_k)``. With ``causal=True``, the query rows that a key block
     cannot reach (``i < j0``) are skipped, which halves the work for square inputs.
     """
@@ -235,14 +255,12 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
             keep = tri if keep is None else keep & tri
         if keep is not None:
             scores = _xp(scores).where(keep, scores, _neg_inf_like(scores))
-        block = softmax_state(scores, v[..., j0:j1, :])
-        if r0 == 0:
-            state = merge_softmax_states(state, block)
-        else:
-            tail = SoftmaxState(*(x[..., r0:, :] for x in state))
-            merged = merge_softmax_states(tail, block)
-            for whole, part in zip(state, merged):
-                whole[..., r0:, :] = part
+        # Merge this block's state into the running state of rows r0: (views, updated in
+        # place). The scores are our own temporary, so the exponentials may overwrite them.
+        block = softmax_state(scores, v[..., j0:j1, :], overwrite_scores=True)
+        rows_seen = SoftmaxState(*(x[..., r0:, :] for x in state))
+        merge_softmax_states(rows_seen, block, into_a=True)
+        del scores, block, keep         # free this block before the next one is allocated
     out = finalize_softmax_state(state)
     return out if backend == NUMPY else out.to(q.dtype)
 

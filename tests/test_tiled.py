@@ -205,6 +205,25 @@ def test_merge_gives_state_of_union(split, backend):
         assert max_err(merged.out, whole.out) < 1e-13
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_in_place_variants_agree(backend):
+    rng = np.random.default_rng(12)
+    s, v = rng.standard_normal((5, 9)) * 4, rng.standard_normal((9, 3))
+    s[1, :4] = -np.inf
+    if backend == "torch":
+        s, v = to_torch(s, v)
+    a, b = softmax_state(s[:, :4], v[:4]), softmax_state(s[:, 4:], v[4:])
+    expected = merge_softmax_states(a, b)
+    scratch = s[:, 4:].copy() if backend == "numpy" else s[:, 4:].clone()
+    b2 = softmax_state(scratch, v[4:], overwrite_scores=True)
+    for x, y in zip(b2, b):
+        assert max_err(x, y) == 0.0
+    merged = merge_softmax_states(a, b2, into_a=True)
+    assert merged is a
+    for x, y in zip(a, expected):
+        assert max_err(x, y) == 0.0
+
+
 def test_merge_is_associative_with_identity():
     rng = np.random.default_rng(9)
     s, v = rng.standard_normal((4, 9)), rng.standard_normal((9, 3))
