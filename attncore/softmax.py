@@ -41,6 +41,9 @@ def softmax(x: Any, axis: int = -1) -> Any:
     """
     backend = backend_of(x=x)
     check_floating("x", x)
+    if x.ndim == 0:
+        raise ValueError("x: expected an array with at least 1 dimension (the axis to "
+                         "normalise over), got a 0-dimensional array")
     if not -x.ndim <= axis < max(x.ndim, 1):
         raise ValueError(f"axis: expected an integer in [{-x.ndim}, {x.ndim - 1}] for x of "
                          f"shape {tuple(x.shape)}, got {axis}")

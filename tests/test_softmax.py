@@ -79,3 +79,8 @@ def test_rejects_bad_axis_and_non_arrays():
         softmax(np.zeros((2, 2)), axis=2)
     with pytest.raises(TypeError, match="x: expected a numpy.ndarray or a torch.Tensor, got list"):
         softmax([1.0, 2.0])
+
+
+def test_rejects_zero_dimensional_input(backend):
+    with pytest.raises(ValueError, match="x: expected an array with at least 1 dimension"):
+        softmax(to_backend(np.array(1.0), backend))
