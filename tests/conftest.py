@@ -32,7 +32,7 @@ def to_backend(x, backend):
     if x is None or backend == "numpy":
         return x
     device = "cuda" if backend == "torch-cuda" else "cpu"
-    return torch.as_tensor(np.ascontiguousarray(x), device=device)
+    return torch.as_tensor(np.array(x, order="C"), device=device)  # keeps 0-d arrays 0-d
 
 
 def to_numpy(x):
