@@ -1,0 +1,1 @@
+"""attncore's benchmark: run with ``python -m bench.run`` (see bench/README.md)."""
