@@ -276,6 +276,16 @@ def params_from_torch(mha: Any) -> MultiHeadParams:
     if not getattr(mha, "batch_first", False):
         raise ValueError("mha: expected torch.nn.MultiheadAttention(batch_first=True), "
                          "got batch_first=False")
+    # Options whose maths MultiHeadParams does not hold: refuse them rather than drop them.
+    if mha.bias_k is not None or mha.bias_v is not None:
+        raise ValueError("mha: add_bias_kv=True appends learned key/value rows that attncore's "
+                         "MultiHeadParams cannot hold; expected add_bias_kv=False")
+    if mha.add_zero_attn:
+        raise ValueError("mha: add_zero_attn=True appends a zero key/value that attncore's "
+                         "MultiHeadParams cannot hold; expected add_zero_attn=False")
+    if mha.kdim != mha.vdim:
+        raise ValueError(f"mha: expected kdim == vdim (attncore takes keys and values from one "
+                         f"input x_kv), got kdim={mha.kdim}, vdim={mha.vdim}")
     E = mha.embed_dim
     if mha.in_proj_weight is not None:
         wq, wk, wv = mha.in_proj_weight.detach().split(E, dim=0)

@@ -181,3 +181,12 @@ def test_bad_params_and_inputs_are_named():
         ac.multi_head_attention(p, np.zeros((4, 12)), mask=np.ones((4, 5), bool))
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., num_heads, n, d_head\)"):
         ac.merge_heads(np.zeros((4, 12)))
+
+
+@pytest.mark.parametrize("kw,msg", [({"add_bias_kv": True}, "add_bias_kv=True"),
+                                    ({"add_zero_attn": True}, "add_zero_attn=True"),
+                                    ({"kdim": 6, "vdim": 5}, "kdim=6, vdim=5")])
+def test_params_from_torch_refuses_what_it_cannot_hold(kw, msg):
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True, **kw)
+    with pytest.raises(ValueError, match=msg):
+        ac.params_from_torch(mha)
