@@ -11,6 +11,14 @@ Where things live:
   :func:`merge_heads`, :func:`multi_head_attention`, conversion to and from
   ``torch.nn.MultiheadAttention``
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
+* ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
+* ``scaling.py``       -- why scores are scaled by 1/sqrt(d_k): moments, Monte Carlo, saturation,
+  gradients, the softmax Jacobian
+* ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
+* ``training.py``      -- a tiny attention-only model trained on an induction task
+* ``plotting.py``      -- attention heatmaps
+* ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
 * ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
 """
 
@@ -32,6 +40,18 @@ from .multihead import (
     params_to_torch,
     split_heads,
 )
+from .masks import padding_mask
+from .naive import naive_softmax
+from .scaling import (
+    attention_saturation,
+    dot_product_moments,
+    dot_product_statistics,
+    row_entropy,
+    sample_dot_products,
+    score_gradient_norms,
+    softmax_jacobian,
+    softmax_with_temperature,
+)
 from .softmax import softmax
 
 __version__ = "0.1.0"
@@ -39,6 +59,16 @@ __version__ = "0.1.0"
 __all__ = [
     "MATMUL_VIEWS",
     "MultiHeadParams",
+    "attention_saturation",
+    "dot_product_moments",
+    "dot_product_statistics",
+    "naive_softmax",
+    "padding_mask",
+    "row_entropy",
+    "sample_dot_products",
+    "score_gradient_norms",
+    "softmax_jacobian",
+    "softmax_with_temperature",
     "causal_mask",
     "init_multihead",
     "matmul_by_columns",
