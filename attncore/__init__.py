@@ -11,6 +11,8 @@ Where things live:
   :func:`merge_heads`, :func:`multi_head_attention`, conversion to and from
   ``torch.nn.MultiheadAttention``
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
+  online-softmax state it merges
 * ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
 * ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
 * ``scaling.py``       -- why scores are scaled by 1/sqrt(d_k): moments, Monte Carlo, saturation,
@@ -19,7 +21,8 @@ Where things live:
 * ``training.py``      -- a tiny attention-only model trained on an induction task
 * ``plotting.py``      -- attention heatmaps
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
-* ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
+* ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above,
+  including :func:`check_attention_inputs` (used by every attention variant)
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
@@ -53,12 +56,24 @@ from .scaling import (
     softmax_with_temperature,
 )
 from .softmax import softmax
+from .tiled import (
+    SoftmaxState,
+    finalize_softmax_state,
+    merge_softmax_states,
+    softmax_state,
+    tiled_attention,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MATMUL_VIEWS",
     "MultiHeadParams",
+    "SoftmaxState",
+    "finalize_softmax_state",
+    "merge_softmax_states",
+    "softmax_state",
+    "tiled_attention",
     "attention_saturation",
     "dot_product_moments",
     "dot_product_statistics",

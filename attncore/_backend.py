@@ -13,6 +13,7 @@ torch installed.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -122,15 +123,78 @@ def check_same_dtype(**arrays: Any) -> None:
         raise TypeError(f"expected one floating dtype for all inputs, got {listing}")
 
 
-def check_finite(name: str, x: Any) -> None:
-    """Raise ``ValueError`` if ``x`` holds NaN or +-inf.
+def _extremes_finite(x: Any) -> Any:
+    # max and min propagate NaN, and are finite exactly when every entry is: two reductions
+    # instead of an elementwise isfinite mask as large as x.
+    if isinstance(x, np.ndarray):
+        return np.isfinite(x.max()) and np.isfinite(x.min()) if x.size else True
+    torch = sys.modules["torch"]
+    if x.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=x.device)
+    return torch.isfinite(x.amax()) & torch.isfinite(x.amin())
+
+
+def check_all_finite(**arrays: Any) -> None:
+    """Raise ``ValueError`` naming the first argument that holds NaN or +-inf.
 
     A NaN in an input would otherwise spread silently through every softmax row it touches.
+    For torch tensors the per-array answers are combined on the device and read back once, so
+    a CUDA call waits for the GPU only once.
     """
-    if isinstance(x, np.ndarray):
-        ok = bool(np.isfinite(x).all())
-    else:
-        ok = bool(sys.modules["torch"].isfinite(x).all())
-    if not ok:
-        raise ValueError(f"{name}: expected finite values, got NaN or infinity "
-                         f"in an array of shape {shape_of(x)}")
+    named = [(n, x) for n, x in arrays.items() if x is not None]
+    oks = [_extremes_finite(x) for _, x in named]
+    if oks and not isinstance(named[0][1], np.ndarray):
+        torch = sys.modules["torch"]
+        if bool(torch.stack(oks).all()):
+            return
+        oks = [bool(ok) for ok in oks]
+    for (name, x), ok in zip(named, oks):
+        if not ok:
+            raise ValueError(f"{name}: expected finite values, got NaN or infinity "
+                             f"in an array of shape {shape_of(x)}")
+
+
+def check_finite(name: str, x: Any) -> None:
+    """Raise ``ValueError`` if ``x`` holds NaN or +-inf (see :func:`check_all_finite`)."""
+    check_all_finite(**{name: x})
+
+
+def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None,
+                           scale: float | None = None) -> tuple[tuple[int, ...], int, int]:
+    """Validate the inputs of an attention call; return ``(q.shape, n_q, n_k)``.
+
+    Shared by every attention variant in attncore so that all of them reject the same bad
+    input with the same message.
+    """
+    for name, x, layout in (("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)"),
+                            ("v", v, "(..., n_k, d_v)")):
+        check_floating(name, x)
+        check_min_rank(name, x, 2, layout)
+    check_same_dtype(q=q, k=k, v=v)
+    qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
+    if qs[-1] != ks[-1]:
+        raise ValueError(f"q and k must have the same d_k (last axis): q has shape {qs} "
+                         f"(d_k={qs[-1]}), k has shape {ks} (d_k={ks[-1]})")
+    if ks[-2] != vs[-2]:
+        raise ValueError(f"k and v must have the same n_k (one value per key): k has shape "
+                         f"{ks} (n_k={ks[-2]}), v has shape {vs} (n_k={vs[-2]})")
+    if not qs[:-2] == ks[:-2] == vs[:-2]:
+        raise ValueError(f"q, k and v must have the same batch shape (...): got q {qs}, "
+                         f"k {ks}, v {vs}")
+    n_q, n_k = qs[-2], ks[-2]
+    if mask is not None:
+        if not is_bool(mask):
+            raise TypeError(f"mask: expected a boolean array (True = may attend), "
+                            f"got dtype {dtype_name(mask)}")
+        target = qs[:-2] + (n_q, n_k)
+        try:
+            joint = np.broadcast_shapes(shape_of(mask), target)
+        except ValueError:
+            joint = None
+        if joint != target:
+            raise ValueError(f"mask: expected a shape broadcastable to (..., n_q, n_k) = "
+                             f"{target}, got {shape_of(mask)}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale: expected a finite real number, got {scale!r}")
+    check_all_finite(q=q, k=k, v=v)
+    return qs, n_q, n_k

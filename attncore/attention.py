@@ -15,18 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import (
-    NUMPY,
-    backend_of,
-    check_finite,
-    check_floating,
-    check_min_rank,
-    check_same_dtype,
-    is_bool,
-    shape_of,
-    dtype_name,
-)
+from ._backend import NUMPY, backend_of, check_attention_inputs, dtype_name
 from .softmax import softmax
+from .tiled import finalize_softmax_state, softmax_state
+
+__all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
+           "scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
@@ -81,48 +75,6 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     return _attention_torch(q, k, v, mask, causal, float(scale), return_weights)
 
 
-def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None,
-                           scale: float | None = None) -> tuple[tuple[int, ...], int, int]:
-    """Validate the inputs of an attention call; return ``(q.shape, n_q, n_k)``.
-
-    Shared by every attention variant in attncore so that all of them reject the same bad
-    input with the same message.
-    """
-    for name, x, layout in (("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)"),
-                            ("v", v, "(..., n_k, d_v)")):
-        check_floating(name, x)
-        check_min_rank(name, x, 2, layout)
-    check_same_dtype(q=q, k=k, v=v)
-    qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
-    if qs[-1] != ks[-1]:
-        raise ValueError(f"q and k must have the same d_k (last axis): q has shape {qs} "
-                         f"(d_k={qs[-1]}), k has shape {ks} (d_k={ks[-1]})")
-    if ks[-2] != vs[-2]:
-        raise ValueError(f"k and v must have the same n_k (one value per key): k has shape "
-                         f"{ks} (n_k={ks[-2]}), v has shape {vs} (n_k={vs[-2]})")
-    if not qs[:-2] == ks[:-2] == vs[:-2]:
-        raise ValueError(f"q, k and v must have the same batch shape (...): got q {qs}, "
-                         f"k {ks}, v {vs}")
-    n_q, n_k = qs[-2], ks[-2]
-    if mask is not None:
-        if not is_bool(mask):
-            raise TypeError(f"mask: expected a boolean array (True = may attend), "
-                            f"got dtype {dtype_name(mask)}")
-        target = qs[:-2] + (n_q, n_k)
-        try:
-            joint = np.broadcast_shapes(shape_of(mask), target)
-        except ValueError:
-            joint = None
-        if joint != target:
-            raise ValueError(f"mask: expected a shape broadcastable to (..., n_q, n_k) = "
-                             f"{target}, got {shape_of(mask)}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ValueError(f"scale: expected a finite real number, got {scale!r}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_finite(name, x)
-    return qs, n_q, n_k
-
-
 def causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
     """Boolean ``(n_q, n_k)`` mask, True on and below the diagonal: query i sees keys 0..i.
 
@@ -144,31 +96,32 @@ def combined_mask(mask: Any, causal: bool, n_q: int, n_k: int, like: Any) -> Any
     return tri if mask is None else mask & tri
 
 
+def _overflow_error(dtype: str) -> ValueError:
+    # q, k and v were checked finite, so a NaN or +inf score can only come from overflow.
+    return ValueError(f"scores: expected finite scores q @ k^T * scale, got NaN or +inf (the "
+                      f"product overflowed dtype {dtype}); use a wider dtype or smaller inputs")
+
+
 def _attention_numpy(q, k, v, mask, causal, scale, return_weights):
-    # The score matrix is the one big array (n_q x n_k per head), so every step below either
-    # avoids a pass over it or works on it in place. Scaling q (n_q x d_k numbers) instead of
-    # the scores gives the same product with a much smaller multiplication.
-    scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
+    # Scaling q (n_q x d_k numbers) rather than the scores (n_q x n_k) is the same product
+    # with far fewer multiplications; the score matrix is the one large array, so it is then
+    # masked and exponentiated in place.
+    with np.errstate(over="ignore"):     # an overflow is reported below, as an error
+        scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
     allowed = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q)
     if allowed is not None:
         np.copyto(scores, np.asarray(-np.inf, dtype=q.dtype), where=~allowed)
-    # attncore.softmax's stable softmax along the keys, in place: shift each row by its
-    # maximum, exponentiate, sum. (NaN or +inf in a row makes its maximum NaN or +inf.)
-    row_max = scores.max(axis=-1, keepdims=True)
-    if np.isnan(row_max).any() or np.isposinf(row_max).any():
-        raise ValueError(f"x: expected no NaN or +inf logits, got some (dtype {scores.dtype})")
-    row_max[np.isneginf(row_max)] = 0      # fully masked row: shift by 0; exp(-inf) = 0
-    scores -= row_max
-    np.exp(scores, out=scores)             # unnormalised weights
-    total = scores.sum(axis=-1, keepdims=True)
-    nonempty = total > 0                   # False only for fully masked rows: they stay 0
     if return_weights:
-        weights = np.divide(scores, total, out=scores, where=nonempty)
+        try:
+            weights = softmax(scores, axis=-1)     # fully masked rows come back as zeros
+        except ValueError:
+            raise _overflow_error(dtype_name(q)) from None
         return weights @ v, weights
-    # Without the weights, divide the (n_q, d_v) output instead of the (n_q, n_k) weights:
-    # (E / total) @ V = (E @ V) / total, with n_k / d_v times fewer divisions.
-    out = scores @ v
-    return np.divide(out, total, out=out, where=nonempty)
+    # Without the weights the division can wait: softmax(S) V = (exp(S - m) V) / l, where m is
+    # the row maximum and l the row sum of exp(S - m); that divides n_q x d_v numbers instead
+    # of n_q x n_k. The triple (m, l, exp(S - m) V) is the online-softmax state that tiled
+    # attention keeps per block of keys; here the one block holds every key.
+    return finalize_softmax_state(softmax_state(scores, v, overwrite_scores=True))
 
 
 def _attention_torch(q, k, v, mask, causal, scale, return_weights):
@@ -180,14 +133,22 @@ def _attention_torch(q, k, v, mask, causal, scale, return_weights):
         scores = (q @ k.transpose(-1, -2)) * scale
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
-        weights = softmax(scores, axis=-1)
+        try:
+            weights = softmax(scores, axis=-1)
+        except ValueError:
+            raise _overflow_error(dtype_name(q)) from None
         return weights @ v, weights
     if mask is None:
         # Only causal (or nothing): every row keeps key 0, so no row is empty, and the
         # is_causal flag lets PyTorch pick its fastest kernel.
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-    # PyTorch's kernels disagree on empty rows (NaN on some, zeros on others); attncore's
-    # rule is zeros, so impose it explicitly.
-    empty = ~allowed.any(dim=-1, keepdim=True)
-    return out.masked_fill(empty, 0.0)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
+        # PyTorch's kernels have disagreed on empty rows (NaN in some versions and kernels,
+        # zeros in others); attncore's rule is zeros, so impose it explicitly.
+        out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+    # The fused kernel never shows us the scores; a non-finite output is how an overflow in
+    # them shows (one (n_q, d_v)-sized check, read back once).
+    if out.numel() and not bool(torch.isfinite(out.amax()) & torch.isfinite(out.amin())):
+        raise _overflow_error(dtype_name(q))
+    return out

@@ -30,8 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, dtype_name, shape_of
-from .attention import check_attention_inputs
+from ._backend import NUMPY, backend_of, check_attention_inputs, dtype_name, shape_of
 
 __all__ = [
     "SoftmaxState",

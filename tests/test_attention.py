@@ -256,3 +256,21 @@ def test_rejects_mixing_numpy_and_torch():
 def test_rejects_lists():
     with pytest.raises(TypeError, match=r"q: expected a numpy.ndarray or a torch.Tensor, got list"):
         scaled_dot_product_attention([[1.0]], np.ones((1, 1)), np.ones((1, 1)))
+
+
+@pytest.mark.parametrize("return_weights", [False, True])
+def test_overflowing_scores_are_an_error_not_nan(backend, return_weights):
+    # Finite inputs whose dot products exceed float32's range: no NaN may come out.
+    q = np.full((2, 4), 1e20, dtype=np.float32)
+    t = to_backend(q, backend)
+    with pytest.raises(ValueError, match=r"scores: expected finite scores.*overflowed dtype float32"):
+        scaled_dot_product_attention(t, t, t, return_weights=return_weights)
+
+
+def test_finite_check_sees_every_kind_of_non_finite(backend):
+    q, k, v = make_qkv(10)
+    for bad_value in (np.nan, np.inf, -np.inf):
+        v2 = v.copy()
+        v2[1, 2, 3, 0] = bad_value
+        with pytest.raises(ValueError, match=r"v: expected finite values"):
+            scaled_dot_product_attention(*(to_backend(x, backend) for x in (q, k, v2)))
