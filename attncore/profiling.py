@@ -42,6 +42,24 @@ def median_time(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
     return statistics.median(times)
 
 
+def side_by_side(fns: dict[str, Callable[[], Any]], *, repeats: int = 5,
+                 device: Any = None) -> dict[str, float]:
+    """Median seconds of each function, the functions run alternately ``repeats`` times.
+
+    Each function is called once first as a warm-up (allocations, lazy initialisation,
+    caches). ``repeats`` must be at least 5, the course's rule for a reported figure.
+    """
+    if repeats < 5:
+        raise ValueError(f"repeats: expected at least 5 repetitions, got {repeats}")
+    for fn in fns.values():
+        median_time(fn, repeats=1, warmup=0, device=device)          # warm-up
+    rounds: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            rounds[name].append(median_time(fn, repeats=1, warmup=0, device=device))
+    return {name: statistics.median(ts) for name, ts in rounds.items()}
+
+
 def peak_memory_bytes(fn: Callable[[], Any]) -> int:
     """Peak bytes allocated through Python's allocator while ``fn()`` runs (tracemalloc).
 

@@ -5,47 +5,24 @@ run alternately, round after round, after one warm-up call each, and each gets t
 its rounds (so that a burst of load from another process hits both, not one). Memory is the
 peak of Python's allocator during one call (``tracemalloc``, which sees NumPy's buffers).
 
-The chapter on tiled attention imports :func:`naive_vs_tiled` from here, so the book's figures
-and the benchmark's come from the same code.
+The measuring primitives live in :mod:`attncore.profiling` (``side_by_side``) and
+:mod:`attncore.comparisons` (``naive_vs_tiled``, ``random_qkv``), where the chapters import them
+too, so the book's figures and the benchmark's come from the same code.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from attncore.attention import scaled_dot_product_attention
-from attncore.profiling import machine_description, median_time, peak_memory_bytes
-from attncore.tiled import tiled_attention
+from attncore.comparisons import naive_vs_tiled, random_qkv  # noqa: F401  (figure 3)
+from attncore.profiling import machine_description, median_time, side_by_side
 
 HEADS, D_K = 8, 64
-
-
-def side_by_side(fns: dict[str, Callable[[], Any]], *, repeats: int = 5,
-                 device: Any = None) -> dict[str, float]:
-    """Median seconds of each function, the functions run alternately ``repeats`` times.
-
-    Each function is called once first as a warm-up (allocations, lazy initialisation,
-    caches). ``repeats`` must be at least 5, the course's rule for a reported figure.
-    """
-    if repeats < 5:
-        raise ValueError(f"repeats: expected at least 5 repetitions, got {repeats}")
-    for fn in fns.values():
-        median_time(fn, repeats=1, warmup=0, device=device)          # warm-up
-    rounds: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            rounds[name].append(median_time(fn, repeats=1, warmup=0, device=device))
-    return {name: statistics.median(ts) for name, ts in rounds.items()}
-
-
-def random_qkv(shape: tuple[int, ...], dtype: Any = np.float32, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(shape, dtype=np.float64).astype(dtype) for _ in range(3))
 
 
 # --- figure 1: NumPy attention against its own two matrix products -------------------------
@@ -130,25 +107,6 @@ def torch_vs_sdpa(n: int, *, repeats: int = 5, heads: int = HEADS, d_k: int = D_
 
 
 # --- figure 3: tiled against naive attention, memory and time ------------------------------
-
-def naive_vs_tiled(n: int, *, block_size: int = 128, d_k: int = D_K, repeats: int = 5,
-                   dtype: Any = np.float32, measure_time: bool = True) -> dict[str, float]:
-    """Peak memory and time of the reference against :func:`tiled_attention`, one head.
-
-    ``q, k, v`` have shape ``(n, d_k)``. Memory is the peak of one call under tracemalloc,
-    inputs excluded, output included. With ``measure_time=False`` only memory is measured.
-    """
-    q, k, v = random_qkv((n, d_k), dtype)
-    naive = lambda: scaled_dot_product_attention(q, k, v)           # noqa: E731
-    tiled = lambda: tiled_attention(q, k, v, block_size=block_size)  # noqa: E731
-    result = {"n": n, "block_size": block_size, "naive_bytes": peak_memory_bytes(naive),
-              "tiled_bytes": peak_memory_bytes(tiled)}
-    result["memory_ratio"] = result["tiled_bytes"] / result["naive_bytes"]
-    if measure_time:
-        t = side_by_side({"naive": naive, "tiled": tiled}, repeats=repeats)
-        result.update(naive_s=t["naive"], tiled_s=t["tiled"], time_ratio=t["tiled"] / t["naive"])
-    return result
-
 
 # --- the machine -----------------------------------------------------------------------------
 

@@ -19,3 +19,24 @@ def test_median_time_counts_calls():
 def test_machine_description_names_the_libraries():
     info = machine_description()
     assert {"cpu", "cores", "python", "numpy"} <= set(info)
+
+
+def test_side_by_side_alternates_and_requires_five_rounds():
+    import pytest
+
+    from attncore.profiling import side_by_side
+
+    order = []
+    t = side_by_side({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5)
+    assert set(t) == {"a", "b"} and order == ["a", "b"] * 6   # one warm-up each, then rounds
+    with pytest.raises(ValueError, match="repeats: expected at least 5"):
+        side_by_side({"a": lambda: None}, repeats=3)
+
+
+def test_naive_vs_tiled_memory_ratio_falls_with_n():
+    from attncore.comparisons import naive_vs_tiled
+
+    small = naive_vs_tiled(256, block_size=64, measure_time=False)
+    large = naive_vs_tiled(1024, block_size=64, measure_time=False)
+    assert large["memory_ratio"] < small["memory_ratio"] < 1
+    assert large["naive_bytes"] >= 1024 * 1024 * 4     # the float32 score matrix, at least
