@@ -84,6 +84,9 @@ def test_notebook_shape(nb):
     cells = json.loads(nb.read_text())["cells"]
     md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert md.lstrip().startswith("# "), f"{nb.name} must start with a title"
+    title = md.lstrip().splitlines()[0]
+    # Titles appear in every page's navigation, and pages without math load no MathJax.
+    assert "$" not in title, f"{nb.name}: TeX in the title would show raw in the sidebar: {title}"
     assert re.search(r"learning goals", md, re.I), f"{nb.name} has no learning goals"
     assert re.search(r"^## Summary", md, re.M), f"{nb.name} has no summary section"
     kernel = json.loads(nb.read_text())["metadata"].get("kernelspec", {}).get("name")
