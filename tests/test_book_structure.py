@@ -94,6 +94,7 @@ def test_notebook_shape(nb):
 
 
 def test_nbval_runs_strict():
+    lax = "--nbval" + "-lax"   # spelled in two parts so that a grep for the flag finds only real uses
     for script in [ROOT / "scripts" / "test", ROOT / ".ci" / "run"]:
-        assert "--nbval-lax" not in script.read_text()
+        assert lax not in script.read_text()
     assert "--nbval " in (ROOT / "scripts" / "test").read_text()
