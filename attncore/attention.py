@@ -121,7 +121,9 @@ def _attention_numpy(q, k, v, mask, causal, scale, return_weights):
     # the row maximum and l the row sum of exp(S - m); that divides n_q x d_v numbers instead
     # of n_q x n_k. The triple (m, l, exp(S - m) V) is the online-softmax state that tiled
     # attention keeps per block of keys; here the one block holds every key.
-    return finalize_softmax_state(softmax_state(scores, v, overwrite_scores=True))
+    state = softmax_state(scores, v, overwrite_scores=True)
+    del scores         # free the n_q x n_k array before the (small) division allocates
+    return finalize_softmax_state(state)
 
 
 def _attention_torch(q, k, v, mask, causal, scale, return_weights):
