@@ -109,6 +109,17 @@ def cpu_markdown(r: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ratio_panel(ax, ns: list[int], target: float, target_label: str, title: str) -> None:
+    """Finish a panel of time ratios against N: target line, parity line, log-N axis."""
+    ax.axhline(target, color="tab:red", ls="--", label=target_label)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set(xscale="log", xlabel="sequence length N", ylabel="time ratio", title=title)
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.legend()
+
+
 def cpu_plot(r: dict, path: Path) -> None:
     import matplotlib
 
@@ -119,14 +130,8 @@ def cpu_plot(r: dict, path: Path) -> None:
     ax = axes[0, 0]
     ns = [row["n"] for row in r["numpy"]]
     ax.plot(ns, [row["ratio"] for row in r["numpy"]], "o-", label="attncore NumPy / two matmuls")
-    ax.axhline(TARGETS["numpy_ratio"], color="tab:red", ls="--", label="target (at N = 2048)")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set(xscale="log", xlabel="sequence length N", ylabel="time ratio",
-           title="NumPy attention vs its two matmuls")
-    ax.set_xticks(ns, [str(n) for n in ns])
-    ax.minorticks_off()
-    ax.set_ylim(bottom=0)
-    ax.legend()
+    _ratio_panel(ax, ns, TARGETS["numpy_ratio"], "target (at N = 2048)",
+                 "NumPy attention vs its two matmuls")
 
     ax = axes[0, 1]
     steps = r["breakdown"]["steps"]
@@ -141,14 +146,8 @@ def cpu_plot(r: dict, path: Path) -> None:
     ax.plot(ns, [row["ratio"] for row in r["torch"]], "o-", label="attncore torch / F.sdpa")
     ax.plot(ns, [row["sdpa_over_matmuls"] for row in r["torch"]], "s--",
             label="F.sdpa / torch two matmuls")
-    ax.axhline(TARGETS["torch_ratio"], color="tab:red", ls="--", label="target")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set(xscale="log", xlabel="sequence length N", ylabel="time ratio",
-           title="torch backend vs PyTorch's fused attention (CPU)")
-    ax.set_xticks(ns, [str(n) for n in ns])
-    ax.minorticks_off()
-    ax.set_ylim(bottom=0)
-    ax.legend()
+    _ratio_panel(ax, ns, TARGETS["torch_ratio"], "target",
+                 "torch backend vs PyTorch's fused attention (CPU)")
 
     ax = axes[1, 1]
     t = r["tiled"]
