@@ -3,26 +3,21 @@
 One API, two backends chosen by the inputs: NumPy arrays run on the NumPy reference code,
 torch tensors on torch (on the tensors' own device, CUDA included).
 
-Where things live:
+The attention core, each module one idea, all names available as ``attncore.<name>``:
 
 * ``softmax.py``       -- :func:`softmax`, numerically stable
-* ``attention.py``     -- :func:`scaled_dot_product_attention`, masks, :func:`causal_mask`
+* ``attention.py``     -- :func:`scaled_dot_product_attention`, :func:`causal_mask`
+* ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
 * ``multihead.py``     -- :class:`MultiHeadParams`, :func:`init_multihead`, :func:`split_heads`,
   :func:`merge_heads`, :func:`multi_head_attention`, conversion to and from
   ``torch.nn.MultiheadAttention``
-* ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
   online-softmax state it merges
-* ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
-* ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
-* ``scaling.py``       -- why scores are scaled by 1/sqrt(d_k): moments, Monte Carlo, saturation,
-  gradients, the softmax Jacobian
-* ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
-* ``training.py``      -- a tiny attention-only model trained on an induction task
-* ``plotting.py``      -- attention heatmaps
-* ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
-* ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above,
-  including :func:`check_attention_inputs` (used by every attention variant)
+* ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
+
+The instruments the chapters use for experiments, measurements and figures live apart, in
+:mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
@@ -44,17 +39,6 @@ from .multihead import (
     split_heads,
 )
 from .masks import padding_mask
-from .naive import naive_softmax
-from .scaling import (
-    attention_saturation,
-    dot_product_moments,
-    dot_product_statistics,
-    row_entropy,
-    sample_dot_products,
-    score_gradient_norms,
-    softmax_jacobian,
-    softmax_with_temperature,
-)
 from .softmax import softmax
 from .tiled import (
     SoftmaxState,
@@ -74,16 +58,7 @@ __all__ = [
     "merge_softmax_states",
     "softmax_state",
     "tiled_attention",
-    "attention_saturation",
-    "dot_product_moments",
-    "dot_product_statistics",
-    "naive_softmax",
     "padding_mask",
-    "row_entropy",
-    "sample_dot_products",
-    "score_gradient_norms",
-    "softmax_jacobian",
-    "softmax_with_temperature",
     "causal_mask",
     "init_multihead",
     "matmul_by_columns",

@@ -5,8 +5,8 @@ run alternately, round after round, after one warm-up call each, and each gets t
 its rounds (so that a burst of load from another process hits both, not one). Memory is the
 peak of Python's allocator during one call (``tracemalloc``, which sees NumPy's buffers).
 
-The measuring primitives live in :mod:`attncore.profiling` (``side_by_side``) and
-:mod:`attncore.comparisons` (``naive_vs_tiled``, ``random_qkv``), where the chapters import them
+The measuring primitives live in :mod:`attncore.lab.profiling` (``side_by_side``) and
+:mod:`attncore.lab.comparisons` (``naive_vs_tiled``, ``random_qkv``), where the chapters import them
 too, so the book's figures and the benchmark's come from the same code.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from attncore.attention import scaled_dot_product_attention
-from attncore.comparisons import naive_vs_tiled, random_qkv  # noqa: F401  (figure 3)
-from attncore.profiling import machine_description, median_time, side_by_side
+from attncore.lab.comparisons import naive_vs_tiled, random_qkv  # noqa: F401  (figure 3)
+from attncore.lab.profiling import machine_description, median_time, side_by_side
 
 HEADS, D_K = 8, 64
 
@@ -131,7 +131,7 @@ def blas_description() -> str:
 
 
 def machine() -> dict[str, str]:
-    """:func:`attncore.profiling.machine_description` plus what moves BLAS timings."""
+    """:func:`attncore.lab.profiling.machine_description` plus what moves BLAS timings."""
     info = machine_description()
     info["BLAS"] = blas_description()
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",

@@ -1,4 +1,4 @@
-"""Tests of attncore.naive.naive_softmax: right where it can be, broken where it must be."""
+"""Tests of attncore.lab.naive.naive_softmax: right where it can be, broken where it must be."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from attncore.naive import naive_softmax
+from attncore.lab.naive import naive_softmax
 from attncore.softmax import softmax
 
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from attncore.profiling import machine_description, median_time, peak_memory_bytes
+from attncore.lab.profiling import machine_description, median_time, peak_memory_bytes
 
 
 def test_peak_memory_sees_numpy_temporaries():
@@ -24,7 +24,7 @@ def test_machine_description_names_the_libraries():
 def test_side_by_side_alternates_and_requires_five_rounds():
     import pytest
 
-    from attncore.profiling import side_by_side
+    from attncore.lab.profiling import side_by_side
 
     order = []
     t = side_by_side({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=5)
@@ -34,7 +34,7 @@ def test_side_by_side_alternates_and_requires_five_rounds():
 
 
 def test_naive_vs_tiled_memory_ratio_falls_with_n():
-    from attncore.comparisons import naive_vs_tiled
+    from attncore.lab.comparisons import naive_vs_tiled
 
     # Tiled memory grows like n (block_size + 3 d), naive like n (n + d): the ratio falls
     # roughly like 1/n once n is well above block_size + 2 d (at n = 256 they are about equal).

@@ -1,4 +1,4 @@
-"""Tests for attncore.scaling: the dot-product statistics behind the 1/sqrt(d_k) factor."""
+"""Tests for attncore.lab.scaling: the dot-product statistics behind the 1/sqrt(d_k) factor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncore import scaled_dot_product_attention, softmax
-from attncore.scaling import (
+from attncore.lab.scaling import (
     DISTRIBUTIONS,
     SCALINGS,
     attention_saturation,
@@ -319,7 +319,7 @@ def test_gradient_norms_vanish_without_scaling():
 
 def test_gradient_matches_jacobian_formula():
     """dL/dz_i = J(p_i) (v g_i): check autograd's number against the explicit product."""
-    from attncore.scaling import _draw_qkv
+    from attncore.lab.scaling import _draw_qkv
 
     d_k, scale = 8, 1 / math.sqrt(8)
     q, k, v, g = _draw_qkv(d_k, 5, 6, 3, "gaussian", 0)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attncore.attention import scaled_dot_product_attention
-from attncore.profiling import peak_memory_bytes
+from attncore.lab.profiling import peak_memory_bytes
 from attncore.softmax import softmax
 from attncore.tiled import (
     SoftmaxState,

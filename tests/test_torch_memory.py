@@ -1,11 +1,11 @@
-"""Tests of attncore.torch_memory.torch_peak_memory_bytes on known allocation patterns."""
+"""Tests of attncore.lab.torch_memory.torch_peak_memory_bytes on known allocation patterns."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attncore.torch_memory import torch_peak_memory_bytes
+from attncore.lab.torch_memory import torch_peak_memory_bytes
 
 N = 1 << 18                                     # float32 elements: 1 MiB
 

@@ -1,4 +1,4 @@
-"""Tests for attncore.training: the induction data, the attention-only model, training, probes."""
+"""Tests for attncore.lab.training: the induction data, the attention-only model, training, probes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from attncore.attention import scaled_dot_product_attention  # noqa: E402
 from attncore.multihead import merge_heads, multi_head_attention, split_heads  # noqa: E402
-from attncore.training import (  # noqa: E402
+from attncore.lab.training import (  # noqa: E402
     IGNORE_INDEX,
     AttentionOnlyModel,
     InductionConfig,

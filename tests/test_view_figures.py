@@ -1,4 +1,4 @@
-"""Tests of attncore.view_figures: the pictures highlight exactly the cells each view reads,
+"""Tests of attncore.lab.view_figures: the pictures highlight exactly the cells each view reads,
 and the cost helpers count what their docstrings say."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from attncore.matmul_views import MATMUL_VIEWS  # noqa: E402
-from attncore.view_figures import (  # noqa: E402
+from attncore.lab.view_figures import (  # noqa: E402
     PALETTE,
     draw_column_view,
     draw_convex_combination,
@@ -201,7 +201,7 @@ def test_convex_combination_figure():
 
 
 def test_hull_of_a_square_with_an_inner_point():
-    from attncore.view_figures import _hull
+    from attncore.lab.view_figures import _hull
 
     pts = np.array([[0, 0], [1, 0], [1, 1], [0, 1], [0.5, 0.5], [0.5, 0.0]], float)
     hull = _hull(pts)

@@ -1,6 +1,6 @@
 """Why attention divides by sqrt(d_k): the statistics of dot products, measured.
 
-The chapter ``chapters/01_why_sqrt_dk.ipynb`` proves that for independent random vectors
+The chapter ``chapters/02_why_sqrt_dk.ipynb`` proves that for independent random vectors
 ``q, k`` of length ``d_k`` whose components are pairwise uncorrelated with mean ``mu_q, mu_k``
 and variance ``var_q, var_k``
 
@@ -38,9 +38,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_floating, check_min_rank, shape_of
-from .attention import scaled_dot_product_attention
-from .softmax import softmax
+from .._backend import NUMPY, backend_of, check_floating, check_min_rank, shape_of
+from ..attention import scaled_dot_product_attention
+from ..softmax import softmax
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -1,6 +1,6 @@
 """Peak memory of torch code, on the CPU as well as on CUDA.
 
-:func:`attncore.profiling.peak_memory_bytes` uses ``tracemalloc``, which sees NumPy's
+:func:`attncore.lab.profiling.peak_memory_bytes` uses ``tracemalloc``, which sees NumPy's
 buffers but not torch's: torch allocates CPU tensors through its own allocator, outside
 Python's. This module measures torch the way torch can be measured:
 
@@ -95,7 +95,7 @@ def torch_peak_memory_bytes(fn: Callable[[], Any], *, device: Any = "cpu") -> in
     ----------
     fn : callable with no arguments
         The computation to measure. Its result is kept alive until ``fn`` returns, so the
-        output tensor is counted, as in :func:`attncore.profiling.peak_memory_bytes`.
+        output tensor is counted, as in :func:`attncore.lab.profiling.peak_memory_bytes`.
     device : ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"`` or a ``torch.device``
         Where the tensors of ``fn`` live. On the CPU the PyTorch profiler records every
         allocation and free; on CUDA the allocator's peak counter is reset and read.

@@ -39,8 +39,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._backend import shape_of
-from .multihead import MultiHeadParams, init_multihead, multi_head_attention
+from .._backend import shape_of
+from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 
 IGNORE_INDEX = -100
 """Target value of positions that carry no label (the loss and the accuracy skip them)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_floating, check_min_rank
+from .._backend import NUMPY, backend_of, check_floating, check_min_rank
 
 __all__ = ["naive_softmax"]
 

@@ -37,8 +37,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ._backend import backend_of, check_rank, shape_of
-from .matmul_views import MATMUL_VIEWS
+from .._backend import backend_of, check_rank, shape_of
+from ..matmul_views import MATMUL_VIEWS
 
 __all__ = [
     "PALETTE",
@@ -651,7 +651,7 @@ def time_matmul_views(m: int, p: int, n: int, *, repeats: int = 3, seed: int = 0
     view in ``views`` (default :data:`attncore.matmul_views.MATMUL_VIEWS`) and for ``"@"``
     itself (ratio 1). ``max_abs_error`` compares the view's result with ``A @ B``. Times
     are medians of ``repeats`` runs, measured with
-    :func:`attncore.profiling.median_time` like every timing in the course. Wall-clock numbers
+    :func:`attncore.lab.profiling.median_time` like every timing in the course. Wall-clock numbers
     depend on the machine and its load: print them, do not test them.
     """
     from .profiling import median_time

@@ -1,6 +1,6 @@
 """Side-by-side measurements of two attention implementations, shared by the chapters and bench/.
 
-Each returns ratios measured in one process (see :mod:`attncore.profiling`), so a chapter's
+Each returns ratios measured in one process (see :mod:`attncore.lab.profiling`), so a chapter's
 figure and the benchmark's table come from the same code.
 """
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .attention import scaled_dot_product_attention
+from ..attention import scaled_dot_product_attention
 from .profiling import peak_memory_bytes, side_by_side
-from .tiled import tiled_attention
+from ..tiled import tiled_attention
 
 D_K = 64
 

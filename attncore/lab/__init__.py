@@ -1,0 +1,17 @@
+"""The course's instruments: experiments, measurements and figures, apart from attention itself.
+
+The attention core is :mod:`attncore` (softmax, attention, masks, multi-head, tiled, matmul
+views). What the chapters use to *study* it lives here, one module per instrument:
+
+* ``scaling.py``       -- why scores are scaled by 1/sqrt(d_k): moments, Monte Carlo, saturation,
+  gradients, the softmax Jacobian
+* ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
+* ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
+* ``training.py``      -- a tiny attention-only model trained on an induction task
+* ``plotting.py``      -- attention heatmaps
+* ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
+* ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
+
+Import the module you need: ``from attncore.lab.scaling import dot_product_moments``.
+Modules that draw import matplotlib only when they draw.
+"""
