@@ -1,10 +1,11 @@
-"""Which library an input belongs to, and the checks every public function shares.
+"""Which library an input belongs to, and the argument checks every public function shares.
 
 attncore has one API and two backends. The backend is chosen by the inputs themselves:
 NumPy arrays run on the NumPy reference code, torch tensors on the torch code, on the
 device the tensors already live on. This module holds that dispatch and the argument
 checks, so that every public function reports bad input the same way: the argument's
-name, what it got, and what was expected.
+name, what it got, and what was expected. (The check that the *values* are finite, and
+that attention's arithmetic cannot overflow, is in :mod:`attncore._guard`.)
 
 torch is never imported here. A tensor can only exist if the caller imported torch, so
 ``sys.modules`` tells us whether one can be present; attncore's NumPy half works without
@@ -14,8 +15,9 @@ torch installed.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,8 +66,11 @@ def backend_of(**arrays: Any) -> str:
     return backend
 
 
+# These run on every call, so they avoid NumPy's dtype-to-string conversion (microseconds
+# each); names are formatted only for error messages.
+
 def shape_of(x: Any) -> tuple[int, ...]:
-    return tuple(int(s) for s in x.shape)
+    return tuple(x.shape)
 
 
 def dtype_name(x: Any) -> str:
@@ -74,15 +79,109 @@ def dtype_name(x: Any) -> str:
 
 def is_floating(x: Any) -> bool:
     if isinstance(x, np.ndarray):
-        return np.issubdtype(x.dtype, np.floating)
+        return x.dtype.kind == "f"
     return bool(x.dtype.is_floating_point)
 
 
 def is_bool(x: Any) -> bool:
     if isinstance(x, np.ndarray):
-        return x.dtype == np.bool_
-    return str(x.dtype) == "torch.bool"
+        return x.dtype.kind == "b"
+    return x.dtype == sys.modules["torch"].bool
 
+
+def under_vmap(*tensors: Any) -> bool:
+    """True if any of ``tensors`` is being batched by ``torch.func.vmap``.
+
+    Under vmap a tensor's values cannot be read back into Python, so checks that look at
+    values (finiteness, overflow) cannot run; shapes and dtypes can still be checked.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    functorch = torch._C._functorch
+    for x in tensors:
+        while isinstance(x, torch.Tensor) and functorch.is_functorch_wrapped_tensor(x):
+            if functorch.is_batchedtensor(x):
+                return True
+            x = functorch.get_unwrapped(x)      # e.g. grad(vmap(f)): look one level in
+    return False
+
+
+# --- arguments that are not arrays ------------------------------------------------------------
+
+def check_flag(name: str, value: Any) -> bool:
+    """Return ``value`` as a bool; ``TypeError`` unless it is ``True`` or ``False``.
+
+    Truthiness is not enough: ``causal="False"`` is a non-empty string, and accepting it
+    would apply the causal mask the caller meant to switch off. ``numpy.bool_`` is accepted.
+    """
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {value!r} ({type(value).__name__})")
+
+
+def check_size(name: str, value: Any, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int: ``TypeError`` unless it is an integer (not a bool, not a
+    float such as ``8.0``), ``ValueError`` if it is below ``minimum``."""
+    wanted = {0: "a non-negative integer", 1: "a positive integer"}.get(
+        minimum, f"an integer >= {minimum}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected {wanted}, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name}: expected {wanted}, got {int(value)}")
+    return int(value)
+
+
+def check_axis(name: str, axis: Any, x: Any) -> int:
+    """Return ``axis`` as an int in ``[0, x.ndim)``; ``TypeError`` unless it is an integer,
+    ``ValueError`` if it is out of range for ``x``."""
+    ndim = x.ndim
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer in [{-ndim}, {ndim - 1}] (one axis), "
+                        f"got {axis!r} ({type(axis).__name__})")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: expected an integer in [{-ndim}, {ndim - 1}] for an "
+                         f"array of shape {shape_of(x)}, got {int(axis)}")
+    return int(axis) % ndim
+
+
+def check_scale(scale: Any) -> float | None:
+    """Return ``scale`` as a Python float (``None`` stays ``None``).
+
+    Any real scalar is accepted: a Python int or float, a NumPy scalar, a 0-d NumPy array
+    or a 0-d torch tensor (read once, so it is not differentiated). A bool is a
+    ``TypeError`` (``scale=True`` is a slip, not the number 1); so is anything with more
+    than one number. A NaN or infinite scale is a ``ValueError``.
+    """
+    if scale is None:
+        return None
+    value = scale
+    if is_torch_tensor(scale) or isinstance(scale, np.ndarray):
+        if scale.ndim != 0:
+            raise TypeError(f"scale: expected a real scalar, got an array of shape "
+                            f"{shape_of(scale)}")
+        if is_bool(scale) or not (is_floating(scale) or _is_integer_array(scale)):
+            raise TypeError(f"scale: expected a real scalar, got a 0-d array of dtype "
+                            f"{dtype_name(scale)}")
+        value = scale.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"scale: expected a real number, got {scale!r} "
+                        f"({type(scale).__name__})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"scale: expected a finite real number, got {value!r}")
+    return value
+
+
+def _is_integer_array(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return np.issubdtype(x.dtype, np.integer)
+    return not (x.dtype.is_floating_point or x.dtype.is_complex) and not is_bool(x)
+
+
+# --- arrays ------------------------------------------------------------------------------------
 
 def check_floating(name: str, x: Any) -> None:
     """Raise ``TypeError`` unless ``x`` has a real floating dtype."""
@@ -117,41 +216,42 @@ def check_same_dtype(**arrays: Any) -> None:
     Silent promotion (float32 with float64) would hide a mistake and change the cost, so
     attncore asks the caller to choose.
     """
-    dtypes = {name: dtype_name(x) for name, x in arrays.items() if x is not None}
-    if len(set(dtypes.values())) > 1:
-        listing = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
-        raise TypeError(f"expected one floating dtype for all inputs, got {listing}")
+    present = [x for x in arrays.values() if x is not None]
+    if all(x.dtype == present[0].dtype for x in present[1:]):
+        return
+    listing = ", ".join(f"{n} is {dtype_name(x)}" for n, x in arrays.items() if x is not None)
+    raise TypeError(f"expected one floating dtype for all inputs, got {listing}")
 
 
-def _extremes_finite(x: Any) -> Any:
-    # max and min propagate NaN, and are finite exactly when every entry is: two reductions
-    # instead of an elementwise isfinite mask as large as x.
-    if isinstance(x, np.ndarray):
-        return np.isfinite(x.max()) and np.isfinite(x.min()) if x.size else True
-    torch = sys.modules["torch"]
-    if x.numel() == 0:
-        return torch.ones((), dtype=torch.bool, device=x.device)
-    return torch.isfinite(x.amax()) & torch.isfinite(x.amin())
+def find_non_finite(**arrays: Any) -> str | None:
+    """The name of the first array that holds NaN or +-inf, or ``None`` if all are finite.
+
+    An elementwise pass over every array: attention calls it only after its cheap test
+    (:func:`attncore._guard.attention_guard`) has failed, to say which argument is at fault.
+    """
+    for name, x in arrays.items():
+        if x is None:
+            continue
+        if isinstance(x, np.ndarray):
+            if not np.isfinite(x).all():
+                return name
+        else:
+            torch = sys.modules["torch"]
+            if not bool(torch.isfinite(x.detach()).all()):
+                return name
+    return None
+
+
+def non_finite_error(name: str, x: Any) -> ValueError:
+    return ValueError(f"{name}: expected finite values, got NaN or infinity in an array of "
+                      f"shape {shape_of(x)}")
 
 
 def check_all_finite(**arrays: Any) -> None:
-    """Raise ``ValueError`` naming the first argument that holds NaN or +-inf.
-
-    A NaN in an input would otherwise spread silently through every softmax row it touches.
-    For torch tensors the per-array answers are combined on the device and read back once, so
-    a CUDA call waits for the GPU only once.
-    """
-    named = [(n, x) for n, x in arrays.items() if x is not None]
-    oks = [_extremes_finite(x) for _, x in named]
-    if oks and not isinstance(named[0][1], np.ndarray):
-        torch = sys.modules["torch"]
-        if bool(torch.stack(oks).all()):
-            return
-        oks = [bool(ok) for ok in oks]
-    for (name, x), ok in zip(named, oks):
-        if not ok:
-            raise ValueError(f"{name}: expected finite values, got NaN or infinity "
-                             f"in an array of shape {shape_of(x)}")
+    """Raise ``ValueError`` naming the first argument that holds NaN or +-inf."""
+    name = find_non_finite(**arrays)
+    if name is not None:
+        raise non_finite_error(name, arrays[name])
 
 
 def check_finite(name: str, x: Any) -> None:
@@ -159,13 +259,65 @@ def check_finite(name: str, x: Any) -> None:
     check_all_finite(**{name: x})
 
 
-def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None,
-                           scale: float | None = None) -> tuple[tuple[int, ...], int, int]:
-    """Validate the inputs of an attention call; return ``(q.shape, n_q, n_k)``.
+# --- attention's inputs ------------------------------------------------------------------------
 
-    Shared by every attention variant in attncore so that all of them reject the same bad
-    input with the same message.
+class AttentionShape(NamedTuple):
+    """What :func:`check_attention_inputs` learned about one attention call."""
+
+    backend: str
+    batch: tuple[int, ...]
+    n_q: int
+    n_k: int
+    d_k: int
+    d_v: int
+    scale: float          # the scale actually used: the caller's, or 1 / sqrt(d_k)
+    causal: bool
+
+
+def check_mask(mask: Any, batch: tuple[int, ...], n_q: int, n_k: int, *,
+               inputs: str = "q, k and v") -> None:
+    """Check a boolean "may attend" mask against scores of shape ``batch + (n_q, n_k)``.
+
+    The mask must broadcast to that shape without enlarging it, and it may not line up
+    its batch axes by guesswork: a mask with fewer dimensions than the scores but more
+    than two (``(batch, n_q, n_k)`` against ``(batch, heads, n_q, n_k)`` scores, say)
+    would be matched from the right, its batch axis with the heads axis. When the two
+    sizes happen to be equal that is a silent wrong answer, so such a mask is refused
+    unless all its leading axes have size 1. ``inputs`` names the arguments whose
+    leading axes ``batch`` is, for the message.
     """
+    if not is_bool(mask):
+        raise TypeError(f"mask: expected a boolean array (True = may attend), "
+                        f"got dtype {dtype_name(mask)}")
+    target = batch + (n_q, n_k)
+    ms = shape_of(mask)
+    try:
+        joint = np.broadcast_shapes(ms, target)
+    except ValueError:
+        joint = None
+    if joint != target:
+        raise ValueError(f"mask: expected a shape broadcastable to (..., n_q, n_k) = "
+                         f"{target}, got {ms}")
+    if 2 < len(ms) < len(target) and any(s != 1 for s in ms[:-2]):
+        missing = len(target) - len(ms)
+        raise ValueError(
+            f"mask: expected {len(target)} dimensions (one per axis of the scores "
+            f"{target}) or at most 2, got shape {ms}: its leading axes would be matched "
+            f"with the last {len(ms) - 2} of the {len(batch)} batch axes of {inputs}, "
+            f"which is ambiguous; insert the missing axes (for a padding mask of shape "
+            f"(batch, 1, n_k) against (batch, heads, n, d) inputs: "
+            f"mask[:, {', '.join(['None'] * missing)}])")
+
+
+def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: Any = False,
+                           scale: Any = None) -> AttentionShape:
+    """Validate the arguments of an attention call (everything but their values).
+
+    Shared by every attention variant in attncore, so that all of them reject the same bad
+    input with the same message. Whether the values are finite, and whether the scores fit
+    in the dtype, is checked by :func:`attncore._guard.attention_guard`.
+    """
+    backend = backend_of(q=q, k=k, v=v, mask=mask)
     for name, x, layout in (("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)"),
                             ("v", v, "(..., n_k, d_v)")):
         check_floating(name, x)
@@ -175,26 +327,20 @@ def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None,
     if qs[-1] != ks[-1]:
         raise ValueError(f"q and k must have the same d_k (last axis): q has shape {qs} "
                          f"(d_k={qs[-1]}), k has shape {ks} (d_k={ks[-1]})")
+    if qs[-1] == 0:
+        raise ValueError(f"q and k: expected d_k >= 1 (a score is a dot product of length "
+                         f"d_k), got q of shape {qs} and k of shape {ks}")
     if ks[-2] != vs[-2]:
         raise ValueError(f"k and v must have the same n_k (one value per key): k has shape "
                          f"{ks} (n_k={ks[-2]}), v has shape {vs} (n_k={vs[-2]})")
     if not qs[:-2] == ks[:-2] == vs[:-2]:
         raise ValueError(f"q, k and v must have the same batch shape (...): got q {qs}, "
                          f"k {ks}, v {vs}")
-    n_q, n_k = qs[-2], ks[-2]
+    batch, n_q, n_k = qs[:-2], qs[-2], ks[-2]
     if mask is not None:
-        if not is_bool(mask):
-            raise TypeError(f"mask: expected a boolean array (True = may attend), "
-                            f"got dtype {dtype_name(mask)}")
-        target = qs[:-2] + (n_q, n_k)
-        try:
-            joint = np.broadcast_shapes(shape_of(mask), target)
-        except ValueError:
-            joint = None
-        if joint != target:
-            raise ValueError(f"mask: expected a shape broadcastable to (..., n_q, n_k) = "
-                             f"{target}, got {shape_of(mask)}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise ValueError(f"scale: expected a finite real number, got {scale!r}")
-    check_all_finite(q=q, k=k, v=v)
-    return qs, n_q, n_k
+        check_mask(mask, batch, n_q, n_k)
+    causal = check_flag("causal", causal)
+    scale = check_scale(scale)
+    if scale is None:
+        scale = 1.0 / math.sqrt(qs[-1])
+    return AttentionShape(backend, batch, n_q, n_k, qs[-1], vs[-1], scale, causal)

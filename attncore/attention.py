@@ -4,8 +4,9 @@
 
 The NumPy function is the readable reference: three lines of algebra plus masking. The torch
 function computes the same thing; when the attention weights are not requested it calls
-``torch.nn.functional.scaled_dot_product_attention``, which on a GPU dispatches to fused
-(FlashAttention-style) kernels, and then applies attncore's rule for fully masked rows.
+``torch.nn.functional.scaled_dot_product_attention``, which dispatches to fused
+(FlashAttention-style) kernels on the CPU and the GPU, and then applies attncore's rule for
+fully masked rows.
 """
 
 from __future__ import annotations
@@ -15,74 +16,138 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_attention_inputs, dtype_name
-from .softmax import softmax
-from .tiled import finalize_softmax_state, softmax_state
+from ._backend import (
+    NUMPY,
+    AttentionShape,
+    check_attention_inputs,
+    check_flag,
+    check_size,
+    is_torch_tensor,
+)
+from ._guard import Guard, attention_guard, is_low_precision
+from .tiled import _finalize, _finite_or_zero, _state
 
 __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
            "scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
-                                 causal: bool = False, scale: float | None = None,
+                                 causal: bool = False, scale: Any = None,
                                  return_weights: bool = False) -> Any:
     """Softmax-weighted average of the value rows, one distribution per query.
 
     Parameters
     ----------
-    q : array ``(..., n_q, d_k)``
-        Queries, one per row.
-    k : array ``(..., n_k, d_k)``
-        Keys, one per row; same ``d_k`` as ``q``.
-    v : array ``(..., n_k, d_v)``
+    q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_k)``
+        Queries, one per row, of a floating dtype (float16, float32, float64; bfloat16 on
+        torch). ``d_k >= 1``.
+    k : same library and dtype as ``q``, shape ``(..., n_k, d_k)``
+        Keys, one per row; same ``d_k`` as ``q``. ``n_k = 0`` is allowed (see Returns).
+    v : same library and dtype as ``q``, shape ``(..., n_k, d_v)``
         Values, one per key.
     mask : boolean array broadcastable to ``(..., n_q, n_k)``, optional
-        ``True`` means "query i may attend to key j". Broadcasting may add leading axes
-        of size 1 but may not enlarge the batch shape of ``q``.
-    causal : bool
+        ``True`` means "query i may attend to key j". It has at most 2 dimensions (one
+        mask for every batch entry), or exactly as many as the scores, each leading axis
+        of size 1 or equal to that of ``q``. A mask with some but not all of the batch
+        axes would be matched to them from the right, which for a padding mask of shape
+        ``(batch, 1, n_k)`` against ``(batch, heads, n, d)`` inputs lines the batch up
+        with the heads; it is refused unless its leading axes all have size 1 (write
+        ``mask[:, None]``). Broadcasting never enlarges the batch shape of ``q``.
+    causal : bool, default False
         Also forbid key ``j > i`` for query ``i`` (top-left aligned, as in PyTorch:
         ``tril(ones(n_q, n_k))``). Combined with ``mask`` by logical AND.
-    scale : float, optional
-        Multiplies the scores; defaults to ``1 / sqrt(d_k)``.
-    return_weights : bool
+    scale : real scalar, optional
+        Multiplies the scores; defaults to ``1 / sqrt(d_k)``. A Python or NumPy number, a
+        0-d NumPy array or a 0-d tensor (read as a number, not differentiated).
+    return_weights : bool, default False
         Also return the attention weights.
-
-    ``q``, ``k`` and ``v`` must share one library, one device, one floating dtype, and the
-    same leading (batch) shape ``...``; attncore does not broadcast batch axes silently.
 
     Returns
     -------
-    out : array ``(..., n_q, d_v)``, same dtype, library and device as ``q``
-    weights : array ``(..., n_q, n_k)``, only if ``return_weights``; each row sums to 1.
-
-    A query row whose keys are **all** masked has no distribution to average with. attncore
-    returns **zeros** for that row of ``out`` and of ``weights``, never NaN.
+    out : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
+        Same dtype, library and device as ``q``.
+    weights : numpy.ndarray or torch.Tensor, shape ``(..., n_q, n_k)``
+        Only if ``return_weights``; each row sums to 1.
 
     Raises
     ------
     TypeError
-        Mixed NumPy/torch inputs, a non-floating or mismatched dtype, a non-boolean mask.
+        Mixed NumPy/torch inputs, a non-floating or mismatched dtype, a non-boolean mask,
+        a flag that is not ``True`` or ``False``, a scale that is not a real scalar.
     ValueError
-        Rank below 2, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and ``v`` differ,
-        batch shapes differ, a mask that does not broadcast, a non-finite input or scale.
+        Rank below 2, ``d_k = 0``, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and
+        ``v`` differ, batch shapes differ, a mask that does not broadcast or whose batch
+        axes are ambiguous, a non-finite scale, a NaN or infinity in ``q``, ``k`` or ``v``
+        (even one a mask hides), scores that overflow the working precision.
+
+    Notes
+    -----
+    A query row whose keys are **all** masked, and every row when ``n_k = 0``, has no
+    distribution to average with. attncore returns **zeros** for that row of ``out`` and
+    of ``weights``, never NaN.
+
+    ``q``, ``k`` and ``v`` must share one library, one device, one floating dtype, and the
+    same leading (batch) shape ``...``; attncore does not broadcast batch axes silently.
+    float16 and bfloat16 inputs are computed with float32 scores and sums (as PyTorch's
+    fused kernels do) and the results cast back.
+
+    On torch the function is differentiable, and works under ``torch.func.vmap``; there
+    the values cannot be read, so NaN inputs and overflow are not checked.
+
+    Examples
+    --------
+    >>> import numpy as np, attncore as ac
+    >>> q = np.array([[1.0, 0.0]])
+    >>> k = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> v = np.array([[1.0], [3.0]])
+    >>> out, w = ac.scaled_dot_product_attention(q, k, v, scale=np.log(3.0),
+    ...                                          return_weights=True)
+    >>> w.round(6), out.round(6)
+    (array([[0.75, 0.25]]), array([[1.5]]))
     """
-    backend = backend_of(q=q, k=k, v=v, mask=mask)
-    q_shape, n_q, n_k = check_attention_inputs(q, k, v, mask=mask, scale=scale)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q_shape[-1])
-    if backend == NUMPY:
-        return _attention_numpy(q, k, v, mask, causal, float(scale), return_weights)
-    return _attention_torch(q, k, v, mask, causal, float(scale), return_weights)
+    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale)
+    return_weights = check_flag("return_weights", return_weights)
+    return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape))
+
+
+def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weights: bool,
+           guard: Guard) -> Any:
+    """The computation, after the checks: for callers that have checked the arguments
+    themselves (:func:`attncore.multihead.multi_head_attention`)."""
+    if shape.backend == NUMPY:
+        if not is_low_precision(q):
+            return _attention_numpy(q, k, v, mask, shape, return_weights, guard.v_factor)
+        result = _attention_numpy(*(x.astype(np.float32) for x in (q, k, v)), mask, shape,
+                                  return_weights, guard.v_factor)
+        if return_weights:
+            return result[0].astype(q.dtype), result[1].astype(q.dtype)
+        return result.astype(q.dtype)
+    if not return_weights and guard.certified:
+        return _attention_fused(q, k, v, mask, shape, guard.vmapped)
+    return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor)
 
 
 def causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
-    """Boolean ``(n_q, n_k)`` mask, True on and below the diagonal: query i sees keys 0..i.
+    """Boolean causal mask, True on and below the diagonal: query ``i`` sees keys ``0..i``.
 
-    Returned as a NumPy array, or as a torch tensor on ``like``'s device when ``like`` is a
-    tensor.
+    Parameters
+    ----------
+    n_q, n_k : int
+        Numbers of queries and keys, ``>= 0``.
+    like : numpy.ndarray or torch.Tensor, optional
+        A tensor makes the result a ``torch.bool`` tensor on its device.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(n_q, n_k)``, bool
+        ``tril(ones(n_q, n_k))``: top-left aligned, as PyTorch's ``is_causal``.
     """
+    n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
     if like is None or isinstance(like, np.ndarray):
-        return np.tril(np.ones((n_q, n_k), dtype=bool))
+        return np.tri(n_q, n_k, dtype=bool)
+    if not is_torch_tensor(like):
+        raise TypeError(f"like: expected a numpy.ndarray or a torch.Tensor, got "
+                        f"{type(like).__name__}")
     import torch
 
     return torch.ones(n_q, n_k, dtype=torch.bool, device=like.device).tril()
@@ -96,61 +161,105 @@ def combined_mask(mask: Any, causal: bool, n_q: int, n_k: int, like: Any) -> Any
     return tri if mask is None else mask & tri
 
 
-def _overflow_error(dtype: str) -> ValueError:
-    # q, k and v were checked finite, so a NaN or +inf score can only come from overflow.
-    return ValueError(f"scores: expected finite scores q @ k^T * scale, got NaN or +inf (the "
-                      f"product overflowed dtype {dtype}); use a wider dtype or smaller inputs")
-
-
-def _attention_numpy(q, k, v, mask, causal, scale, return_weights):
+def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor):
+    if v_factor is not None:
+        v = v / v_factor
     # Scaling q (n_q x d_k numbers) rather than the scores (n_q x n_k) is the same product
     # with far fewer multiplications; the score matrix is the one large array, so it is then
-    # masked and exponentiated in place.
-    with np.errstate(over="ignore"):     # an overflow is reported below, as an error
-        scores = (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
-    allowed = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q)
+    # masked and exponentiated in place. (n_k = 0 gives an empty score matrix, and an
+    # output of zeros: a sum over no keys.)
+    scores = (q * np.asarray(shape.scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
+    allowed = combined_mask(mask, shape.causal, shape.n_q, shape.n_k, q)
     if allowed is not None:
         np.copyto(scores, np.asarray(-np.inf, dtype=q.dtype), where=~allowed)
     if return_weights:
-        try:
-            weights = softmax(scores, axis=-1)     # fully masked rows come back as zeros
-        except ValueError:
-            raise _overflow_error(dtype_name(q)) from None
-        return weights @ v, weights
-    # Without the weights the division can wait: softmax(S) V = (exp(S - m) V) / l, where m is
-    # the row maximum and l the row sum of exp(S - m); that divides n_q x d_v numbers instead
-    # of n_q x n_k. The triple (m, l, exp(S - m) V) is the online-softmax state that tiled
-    # attention keeps per block of keys; here the one block holds every key.
-    state = softmax_state(scores, v, overwrite_scores=True)
-    del scores         # free the n_q x n_k array before the (small) division allocates
-    return finalize_softmax_state(state)
+        if shape.n_k:
+            m = scores.max(axis=-1, keepdims=True)
+            scores -= _finite_or_zero(m)
+            np.exp(scores, out=scores)
+            total = scores.sum(axis=-1, keepdims=True)
+            # a fully masked row is exp(-inf) = 0 already: leave it zeros
+            np.divide(scores, total, out=scores, where=total > 0)
+        out = scores @ v
+        if v_factor is not None:
+            out *= v_factor
+        return out, scores
+    if not shape.n_k:
+        out = scores @ v
+    else:
+        # Without the weights the division can wait: softmax(S) V = (exp(S - m) V) / l,
+        # where m is the row maximum and l the row sum of exp(S - m); that divides
+        # n_q x d_v numbers instead of n_q x n_k. The triple (m, l, exp(S - m) V) is the
+        # online-softmax state that tiled attention keeps per block of keys; here the one
+        # block holds every key.
+        state = _state(scores, v, overwrite=True)
+        del scores     # free the n_q x n_k array before the (small) division allocates
+        out = _finalize(state)
+    if v_factor is not None:
+        out *= v_factor
+    return out
 
 
-def _attention_torch(q, k, v, mask, causal, scale, return_weights):
+def _attention_torch(q, k, v, mask, shape, return_weights, v_factor):
+    """attncore's own arithmetic on torch: the weights path, and any call whose numbers
+    are large enough that the guard checked the scores one by one."""
     import torch
+
+    work = torch.float32 if is_low_precision(q) else q.dtype
+    qw, kw, vw = q.to(work), k.to(work), v.to(work)
+    if v_factor is not None:
+        vw = vw / v_factor
+    scores = (qw * shape.scale) @ kw.transpose(-1, -2)
+    allowed = combined_mask(mask, shape.causal, shape.n_q, shape.n_k, q)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    if shape.n_k:
+        m = scores.amax(dim=-1, keepdim=True)
+        e = torch.exp(scores - _finite_or_zero(m))
+        total = e.sum(dim=-1, keepdim=True)
+        # a fully masked row is exp(-inf) = 0 already; dividing it by 1 keeps it zeros
+        # (and its gradient finite)
+        scores = e / torch.where(total > 0, total, torch.ones_like(total))
+    out = scores @ vw
+    if v_factor is not None:
+        out = out * v_factor
+    if return_weights:
+        return out.to(q.dtype), scores.to(q.dtype)
+    return out.to(q.dtype)
+
+
+def _attention_fused(q, k, v, mask, shape, vmapped=False):
+    """PyTorch's ``F.scaled_dot_product_attention``, on a 4-D view of the inputs."""
     import torch.nn.functional as F
 
-    allowed = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q)
-    if return_weights:
-        scores = (q @ k.transpose(-1, -2)) * scale
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        try:
-            weights = softmax(scores, axis=-1)
-        except ValueError:
-            raise _overflow_error(dtype_name(q)) from None
-        return weights @ v, weights
-    if mask is None:
-        # Only causal (or nothing): every row keeps key 0, so no row is empty, and the
-        # is_causal flag lets PyTorch pick its fastest kernel.
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    batch, n_q, n_k, d_v = shape.batch, shape.n_q, shape.n_k, shape.d_v
+    if not n_k:
+        return (q @ k.transpose(-1, -2)) @ v         # a sum over no keys: zeros
+    allowed = mask if mask is None or not shape.causal else \
+        combined_mask(mask, True, n_q, n_k, q)
+    # PyTorch's fused CPU kernel takes only 4-D (batch, heads, n, d) inputs; anything else
+    # falls back to its slower "math" kernel. So 2-D and 3-D inputs get leading axes of
+    # size 1, and more than two batch axes are folded into two. (Not under vmap: the fused
+    # kernel has no batching rule there, while the math kernel is plain matrix products.)
+    full_mask = allowed is not None and allowed.ndim == len(batch) + 2
+    if vmapped:
+        pass
+    elif len(batch) < 2:
+        lead = (1,) * (2 - len(batch))
+        q, k, v = (x.reshape(lead + tuple(x.shape)) for x in (q, k, v))
+        if full_mask:
+            allowed = allowed.reshape(lead + tuple(allowed.shape))
+    elif len(batch) > 2:
+        fold = (math.prod(batch[:-1]), batch[-1])
+        q, k, v = (x.reshape(fold + tuple(x.shape[-2:])) for x in (q, k, v))
+        if full_mask:
+            allowed = allowed.expand(*batch, n_q, n_k).reshape(fold + (n_q, n_k))
+    if allowed is None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
+                                             scale=shape.scale)
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-        # PyTorch's kernels have disagreed on empty rows (NaN in some versions and kernels,
-        # zeros in others); attncore's rule is zeros, so impose it explicitly.
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=shape.scale)
+        # PyTorch's kernels have disagreed on rows with no admissible key (NaN in some
+        # versions and kernels, zeros in others); attncore's rule is zeros, so impose it.
         out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
-    # The fused kernel never shows us the scores; a non-finite output is how an overflow in
-    # them shows (one (n_q, d_v)-sized check, read back once).
-    if out.numel() and not bool(torch.isfinite(out.amax()) & torch.isfinite(out.amin())):
-        raise _overflow_error(dtype_name(q))
-    return out
+    return out.reshape(batch + (n_q, d_v))

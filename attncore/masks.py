@@ -16,20 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import is_torch_tensor, shape_of, dtype_name
+from ._backend import check_size, dtype_name, is_torch_tensor, shape_of
 
 __all__ = ["padding_mask"]
 
 _SIDES = ("right", "left")
-
-
-def _check_size(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected a positive integer, got {value!r} "
-                        f"({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value}")
-    return int(value)
 
 
 def _lengths_to_numpy(lengths: Any) -> np.ndarray:
@@ -72,31 +63,29 @@ def padding_mask(lengths: Any, n_k: int, *, n_q: int | None = None, like: Any = 
 
     Parameters
     ----------
-    lengths : ``(batch,)`` integers
-        The true length of each sequence, ``0 <= lengths[b] <= n_k``. A list or tuple of
-        ints, an integer NumPy array, or an integer torch tensor.
+    lengths : list of int, or integer numpy.ndarray or torch.Tensor, shape ``(batch,)``
+        The true length of each sequence, ``0 <= lengths[b] <= n_k``.
     n_k : int
-        The padded length of the keys (the length every sequence was padded to), ``>= 1``.
+        The padded length of the keys (the length every sequence was padded to), ``>= 0``.
     n_q : int, optional
         If given, the mask is repeated for ``n_q`` queries: shape ``(batch, n_q, n_k)``.
         If omitted, the shape is ``(batch, 1, n_k)``, which broadcasts against scores of
-        shape ``(batch, n_q, n_k)`` for any ``n_q``. For a mask with a head axis,
-        ``(batch, heads, n_q, n_k)``, insert it: ``mask[:, None]``.
+        shape ``(batch, n_q, n_k)`` for any ``n_q``.
     like : numpy.ndarray or torch.Tensor, optional
         Chooses the library of the result: a torch tensor gives a ``torch.bool`` tensor on
         ``like``'s device, a NumPy array gives a NumPy ``bool`` array. If omitted, the result
         follows ``lengths`` (a tensor gives a tensor on its device, anything else NumPy).
-    side : ``"right"`` or ``"left"``
-        Where the padding sits. ``"right"`` (the default): real tokens first, so key ``j``
-        is real iff ``j < lengths[b]``. ``"left"``: padding first, as decoder-only models
-        batch prompts for generation, so key ``j`` is real iff ``j >= n_k - lengths[b]``.
+    side : {"right", "left"}, default "right"
+        Where the padding sits. ``"right"``: real tokens first, so key ``j`` is real iff
+        ``j < lengths[b]``. ``"left"``: padding first, as decoder-only models batch
+        prompts for generation, so key ``j`` is real iff ``j >= n_k - lengths[b]``.
 
     Returns
     -------
-    Boolean array ``(batch, 1, n_k)`` or ``(batch, n_q, n_k)``, a fresh (writable) array.
-    Row sums equal ``lengths``. Only **keys** are masked: a query at a padding position
-    still attends to the real keys; its output row is meaningless and is discarded
-    downstream (e.g. by the loss), not set to zero here.
+    numpy.ndarray or torch.Tensor, bool, shape ``(batch, 1, n_k)`` or ``(batch, n_q, n_k)``
+        A fresh (writable) array. Row sums equal ``lengths``. Only **keys** are masked: a
+        query at a padding position still attends to the real keys; its output row is
+        meaningless and is discarded downstream (e.g. by the loss), not set to zero here.
 
     Raises
     ------
@@ -105,11 +94,20 @@ def padding_mask(lengths: Any, n_k: int, *, n_q: int | None = None, like: Any = 
         neither a NumPy array nor a torch tensor.
     ValueError
         ``lengths`` is not 1-D or has an entry outside ``[0, n_k]``; ``n_k`` or ``n_q`` is
-        below 1; ``side`` is not ``"right"`` or ``"left"``.
+        negative; ``side`` is not ``"right"`` or ``"left"``.
+
+    Notes
+    -----
+    The mask has three dimensions, to match ``(batch, n, d)`` inputs. For inputs with a
+    head axis, ``(batch, heads, n, d)``, insert it: ``mask[:, None]`` has shape
+    ``(batch, 1, 1, n_k)``. Passing the 3-D mask itself to such inputs is an error in
+    every attention function of attncore: broadcasting from the right would match its
+    batch axis with the heads axis, a wrong answer that no shape check could catch when
+    ``batch == heads``.
     """
-    n_k = _check_size("n_k", n_k)
+    n_k = check_size("n_k", n_k, minimum=0)
     if n_q is not None:
-        n_q = _check_size("n_q", n_q)
+        n_q = check_size("n_q", n_q, minimum=0)
     if side not in _SIDES:
         raise ValueError(f"side: expected 'right' or 'left', got {side!r}")
     if like is not None and not (isinstance(like, np.ndarray) or is_torch_tensor(like)):

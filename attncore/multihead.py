@@ -15,36 +15,71 @@ maths as giving each head its own ``(d_in, d_head)`` block of ``W_Q``: column bl
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ._backend import (
     NUMPY,
     TORCH,
+    AttentionShape,
     backend_of,
+    check_flag,
     check_floating,
+    check_mask,
     check_min_rank,
     check_same_dtype,
+    check_size,
+    dtype_name,
+    find_non_finite,
     shape_of,
 )
-from .attention import scaled_dot_product_attention
+from ._guard import PASSED, Guard, attention_guard, layer_guard
+from .attention import attend
+
+__all__ = [
+    "MultiHeadParams",
+    "init_multihead",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_loop",
+    "params_from_torch",
+    "params_to_torch",
+    "split_heads",
+]
+
+_FIELDS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
 
 @dataclass
 class MultiHeadParams:
     """Weights of one multi-head attention layer (all NumPy arrays or all torch tensors).
 
+    All arrays share one library, device and floating dtype; the biases are all present
+    or all ``None``. Tokens are rows, so a projection is ``x @ w + b``.
+
     Attributes
     ----------
-    w_q : ``(d_model, d_model)``      queries are projected from the query-side input
-    w_k : ``(d_kv, d_model)``         keys from the key/value-side input (``d_kv = d_model``
-    w_v : ``(d_kv, d_model)``         for self-attention)
-    w_o : ``(d_model, d_model)``      output projection applied to the concatenated heads
-    b_q, b_k, b_v, b_o : ``(d_model,)`` or None   biases
-    num_heads : int                   must divide ``d_model``; each head has width
-                                      ``d_head = d_model // num_heads``
+    w_q : array, shape ``(d_model, d_model)``
+        Projects the query-side input to the queries of all heads.
+    w_k, w_v : array, shape ``(d_kv, d_model)``
+        Project the key/value-side input (``d_kv = d_model`` for self-attention).
+    w_o : array, shape ``(d_model, d_model)``
+        The output projection, applied to the concatenated heads.
+    b_q, b_k, b_v, b_o : array of shape ``(d_model,)``, or None
+        Biases.
+    num_heads : int
+        Must divide ``d_model``; each head has width ``d_head = d_model // num_heads``.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries or dtypes, a non-floating array, ``num_heads`` not an integer.
+    ValueError
+        A shape that does not fit ``d_model`` (``>= 1``), ``num_heads`` below 1 or not a
+        divisor of ``d_model``, some biases given and others not.
     """
 
     w_q: Any
@@ -59,31 +94,42 @@ class MultiHeadParams:
 
     def __post_init__(self) -> None:
         arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "num_heads"}
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            if arrays[name] is None:
+                raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, "
+                                f"got None (only the biases may be None)")
         backend_of(**arrays)
         for name, x in arrays.items():
             if x is not None:
                 check_floating(name, x)
         check_same_dtype(**arrays)
-        d_model = shape_of(self.w_q)[-1] if self.w_q.ndim == 2 else None
-        if self.w_q.ndim != 2 or shape_of(self.w_q)[0] != d_model:
-            raise ValueError(f"w_q: expected shape (d_model, d_model), got {shape_of(self.w_q)}")
+        w_q = shape_of(self.w_q)
+        if len(w_q) != 2 or w_q[0] != w_q[1] or w_q[0] < 1:
+            raise ValueError(f"w_q: expected shape (d_model, d_model) with d_model >= 1, "
+                             f"got {w_q}")
+        d_model = w_q[0]
         check_num_heads(self.num_heads, d_model)
         biases = [self.b_q is None, self.b_k is None, self.b_v is None, self.b_o is None]
         if len(set(biases)) > 1:
             raise ValueError("b_q, b_k, b_v, b_o: expected all four biases or none, got "
                              + ", ".join(f"{n}={'None' if m else 'array'}" for n, m in
                                          zip(("b_q", "b_k", "b_v", "b_o"), biases)))
-        d_kv = shape_of(self.w_k)[0] if self.w_k.ndim == 2 else None
+        w_k = shape_of(self.w_k)
+        if len(w_k) != 2 or w_k[0] < 1:
+            raise ValueError(f"w_k: expected shape (d_kv, d_model) = (d_kv, {d_model}) with "
+                             f"d_kv >= 1, got {w_k}")
+        d_kv = w_k[0]
         expected = {"w_k": (d_kv, d_model), "w_v": (d_kv, d_model), "w_o": (d_model, d_model),
                     "b_q": (d_model,), "b_k": (d_model,), "b_v": (d_model,), "b_o": (d_model,)}
         for name, shape in expected.items():
             x = getattr(self, name)
             if x is not None and shape_of(x) != shape:
                 raise ValueError(f"{name}: expected shape {shape} for d_model={d_model}, "
-                                 f"got {shape_of(x)}")
+                                 f"d_kv={d_kv}, got {shape_of(x)}")
 
     @property
     def d_model(self) -> int:
+        """Width of the query-side input, of each projection and of the output."""
         return int(self.w_q.shape[1])
 
     @property
@@ -93,10 +139,12 @@ class MultiHeadParams:
 
     @property
     def d_head(self) -> int:
+        """Width of one head, ``d_model // num_heads``."""
         return self.d_model // self.num_heads
 
     @property
     def backend(self) -> str:
+        """``"numpy"`` or ``"torch"``."""
         return NUMPY if isinstance(self.w_q, np.ndarray) else TORCH
 
     def num_parameters(self) -> int:
@@ -105,15 +153,18 @@ class MultiHeadParams:
                    if f.name != "num_heads" and getattr(self, f.name) is not None)
 
 
-def check_num_heads(num_heads: Any, d_model: int) -> None:
-    """Raise ``ValueError`` unless ``num_heads`` is a positive integer dividing ``d_model``."""
-    if not isinstance(num_heads, (int, np.integer)) or isinstance(num_heads, bool) \
-            or num_heads <= 0:
-        raise ValueError(f"num_heads: expected a positive integer, got {num_heads!r}")
+def check_num_heads(num_heads: Any, d_model: int) -> int:
+    """Return ``num_heads`` as an int: a positive integer dividing ``d_model``.
+
+    Raises ``TypeError`` if it is not an integer, ``ValueError`` if it is below 1 or does
+    not divide ``d_model``.
+    """
+    num_heads = check_size("num_heads", num_heads)
     if d_model % num_heads:
         raise ValueError(f"num_heads: expected a divisor of d_model={d_model}, got {num_heads} "
                          f"({d_model} / {num_heads} = {d_model / num_heads:.3g} is not an "
                          f"integer head width)")
+    return num_heads
 
 
 def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bias: bool = True,
@@ -129,15 +180,46 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
 
     Parameters
     ----------
-    d_model : width of the query-side input, of each projection and of the output.
-    num_heads : number of heads; must divide ``d_model``.
-    d_kv : width of the key/value-side input, for cross-attention (default ``d_model``).
-    bias : include ``b_q, b_k, b_v, b_o``.
-    dtype : NumPy dtype (``np.float32``/``np.float64``) or, for torch, a ``torch.dtype``.
-    backend : ``"numpy"`` or ``"torch"``; ``device`` places torch tensors.
+    d_model : int
+        Width of the query-side input, of each projection and of the output, ``>= 1``.
+    num_heads : int
+        Number of heads, ``>= 1``; must divide ``d_model``.
+    d_kv : int, optional
+        Width of the key/value-side input, for cross-attention (default ``d_model``).
+    bias : bool, default True
+        Include ``b_q, b_k, b_v, b_o``.
+    seed : int, default 0
+        Seed of the draw, ``>= 0``.
+    dtype : NumPy floating dtype or torch.dtype, default numpy.float64
+        A NumPy dtype (``np.float32``, ``np.float64``, ...) for either backend, or a
+        ``torch.dtype`` for the torch backend.
+    backend : {"numpy", "torch"}, default "numpy"
+    device : torch.device or str, optional
+        Where torch tensors are placed.
+
+    Returns
+    -------
+    MultiHeadParams
+
+    Raises
+    ------
+    TypeError
+        A size or seed that is not an integer, a flag that is not a bool, a dtype that is
+        not floating.
+    ValueError
+        A size below 1, ``num_heads`` not dividing ``d_model``, a negative seed, an unknown
+        backend.
     """
-    check_num_heads(num_heads, d_model)
-    d_kv = d_model if d_kv is None else d_kv
+    d_model = check_size("d_model", d_model)
+    num_heads = check_num_heads(num_heads, d_model)
+    d_kv = d_model if d_kv is None else check_size("d_kv", d_kv)
+    bias = check_flag("bias", bias)
+    seed = check_size("seed", seed, minimum=0)
+    if backend not in (NUMPY, TORCH):
+        raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+    if backend == NUMPY and device is not None:
+        raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
+    np_dtype = _numpy_float_dtype(dtype, backend)
     rng = np.random.default_rng(seed)
 
     def xavier(fan_in: int, fan_out: int) -> np.ndarray:
@@ -149,30 +231,74 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
     for name in ("b_q", "b_k", "b_v", "b_o"):
         arrays[name] = np.zeros(d_model) if bias else None
     if backend == NUMPY:
-        conv = {n: (None if a is None else a.astype(dtype)) for n, a in arrays.items()}
-    elif backend == TORCH:
+        conv = {n: (None if a is None else a.astype(np_dtype)) for n, a in arrays.items()}
+    else:
         import torch
 
-        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np.dtype(dtype).name)
+        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
         conv = {n: (None if a is None else torch.tensor(a, dtype=tdtype, device=device))
                 for n, a in arrays.items()}
-    else:
-        raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
     return MultiHeadParams(num_heads=num_heads, **conv)
 
 
+def _numpy_float_dtype(dtype: Any, backend: str) -> Any:
+    """``dtype`` as a NumPy dtype: float16, float32 or float64 (float32 stands in for
+    torch's bfloat16, which NumPy lacks; the draw is cast to bfloat16 by torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        if backend == NUMPY:
+            raise TypeError(f"dtype: expected a NumPy floating dtype for backend='numpy', "
+                            f"got {dtype}")
+        if not dtype.is_floating_point:
+            raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
+        return np.dtype(np.float32) if dtype == torch.bfloat16 else \
+            np.dtype(str(dtype).replace("torch.", ""))
+    try:
+        found = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype: expected a floating dtype such as np.float32, got "
+                        f"{dtype!r}") from None
+    if found not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"dtype: expected float16, float32 or float64, got {found}")
+    return found
+
+
 def split_heads(x: Any, num_heads: int) -> Any:
-    """``(..., n, d_model)`` -> ``(..., num_heads, n, d_head)``: column block h becomes head h."""
+    """Split the last axis into heads: column block ``h`` becomes head ``h``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+    num_heads : int
+        A positive divisor of ``d_model``.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., num_heads, n, d_head)``
+        A view of ``x`` (``d_head = d_model // num_heads``): a reshape to
+        ``(..., n, num_heads, d_head)`` followed by swapping the ``n`` and head axes. The
+        reshape alone, straight to ``(..., num_heads, n, d_head)``, would mix tokens
+        across heads.
+    """
     backend_of(x=x)
     check_min_rank("x", x, 2, "(..., n, d_model)")
     *batch, n, d_model = shape_of(x)
-    check_num_heads(num_heads, d_model)
+    num_heads = check_num_heads(num_heads, d_model)
     x = x.reshape(*batch, n, num_heads, d_model // num_heads)
     return x.swapaxes(-2, -3) if isinstance(x, np.ndarray) else x.transpose(-2, -3)
 
 
 def merge_heads(x: Any) -> Any:
-    """``(..., num_heads, n, d_head)`` -> ``(..., n, num_heads * d_head)``; inverse of split_heads."""
+    """Concatenate the heads along the last axis; the inverse of :func:`split_heads`.
+
+    Parameters
+    ----------
+    x : numpy.ndarray or torch.Tensor, shape ``(..., num_heads, n, d_head)``
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n, num_heads * d_head)``
+    """
     backend_of(x=x)
     check_min_rank("x", x, 3, "(..., num_heads, n, d_head)")
     *batch, h, n, d_head = shape_of(x)
@@ -185,6 +311,71 @@ def _linear(x: Any, w: Any, b: Any) -> Any:
     return y if b is None else y + b
 
 
+class _Layer(NamedTuple):
+    """What the checks of a multi-head call found; shared by both layer functions."""
+
+    x_kv: Any
+    batch: tuple[int, ...]
+    n_q: int
+    n_k: int
+    causal: bool
+    certified: bool
+
+
+def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any) -> _Layer:
+    """The checks of :func:`multi_head_attention`, in the caller's terms."""
+    if not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params: expected a MultiHeadParams (see init_multihead and "
+                        f"params_from_torch), got {type(params).__name__}")
+    x_kv = x_q if x_kv is None else x_kv
+    backend_of(params=params.w_q, x_q=x_q, x_kv=x_kv, mask=mask)
+    check_floating("x_q", x_q)
+    check_floating("x_kv", x_kv)
+    check_min_rank("x_q", x_q, 2, "(..., n_q, d_model)")
+    check_min_rank("x_kv", x_kv, 2, "(..., n_k, d_kv)")
+    check_same_dtype(params=params.w_q, x_q=x_q, x_kv=x_kv)
+    qs, ks = shape_of(x_q), shape_of(x_kv)
+    if qs[-1] != params.d_model:
+        raise ValueError(f"x_q: expected last axis d_model={params.d_model}, got shape {qs}")
+    if ks[-1] != params.d_kv:
+        raise ValueError(f"x_kv: expected last axis d_kv={params.d_kv}, got shape {ks}")
+    if qs[:-2] != ks[:-2]:
+        raise ValueError(f"x_q and x_kv must have the same batch shape (...): got x_q {qs}, "
+                         f"x_kv {ks}")
+    batch, n_q, n_k = qs[:-2], qs[-2], ks[-2]
+    if mask is not None:
+        check_mask(mask, batch, n_q, n_k, inputs="x_q and x_kv")
+    causal = check_flag("causal", causal)
+    named = {"x_q": x_q, "x_kv": x_kv}
+    named.update({f"params.{n}": getattr(params, n) for n in _FIELDS})
+    rows = math.prod(batch)
+    certified = layer_guard(named, rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k,
+                            d_head=params.d_head)
+    return _Layer(x_kv, batch, n_q, n_k, causal, certified)
+
+
+def _heads_guard(layer: _Layer, q: Any, k: Any, v: Any, shape: AttentionShape) -> Guard:
+    """When the layer's certificate failed: check the projections, then the scores."""
+    if layer.certified:
+        return PASSED
+    bad = find_non_finite(q=q, k=k, v=v)
+    if bad is not None:
+        side = "x_q @ params.w_q" if bad == "q" else f"x_kv @ params.w_{bad}"
+        raise ValueError(f"x_q, x_kv, params: expected projections that fit in dtype "
+                         f"{dtype_name(q)}, got an overflow in {side}; use a wider dtype "
+                         f"or smaller inputs or weights")
+    return attention_guard(q, k, v, shape, inputs="x_q, x_kv or params")
+
+
+def _check_output(layer: _Layer, out: Any) -> Any:
+    if not layer.certified and find_non_finite(out=out) is not None:
+        raise ValueError(f"x_q, x_kv, params: expected an output that fits in dtype "
+                         f"{dtype_name(out)}, got an overflow in the output projection "
+                         f"heads @ params.w_o; use a wider dtype or smaller inputs or "
+                         f"weights")
+    return out
+
+
 def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
                          mask: Any = None, causal: bool = False,
                          return_weights: bool = False) -> Any:
@@ -193,46 +384,52 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     Parameters
     ----------
     params : MultiHeadParams
-    x_q : array ``(..., n_q, d_model)``
+        The layer's weights; same library, device and dtype as the inputs.
+    x_q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_model)``
         Query-side input (the tokens that ask).
-    x_kv : array ``(..., n_k, d_kv)``, optional
-        Key/value-side input. ``None`` means self-attention (``x_kv = x_q``); another
-        sequence (for example an encoder's output) makes it cross-attention.
+    x_kv : numpy.ndarray or torch.Tensor, shape ``(..., n_k, d_kv)``, optional
+        Key/value-side input, with the same batch shape ``...`` as ``x_q``. ``None``
+        means self-attention (``x_kv = x_q``); another sequence (for example an encoder's
+        output) makes it cross-attention.
     mask : boolean array broadcastable to ``(..., n_q, n_k)``, optional
-        The same mask for every head; True = may attend.
-    causal : bool
+        The same mask for every head; True = may attend. As in
+        :func:`~attncore.attention.scaled_dot_product_attention`: at most 2 dimensions,
+        or one per axis of ``(..., n_q, n_k)``.
+    causal : bool, default False
         Forbid attending to later positions (see ``scaled_dot_product_attention``).
-    return_weights : bool
+    return_weights : bool, default False
         Also return the per-head attention weights.
 
     Returns
     -------
-    out : array ``(..., n_q, d_model)``
-    weights : array ``(..., num_heads, n_q, n_k)``, only if ``return_weights``
+    out : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_model)``
+    weights : numpy.ndarray or torch.Tensor, shape ``(..., num_heads, n_q, n_k)``
+        Only if ``return_weights``.
+
+    Raises
+    ------
+    TypeError
+        ``params`` is not a :class:`MultiHeadParams`; mixed libraries or dtypes; a
+        non-boolean mask; a flag that is not a bool.
+    ValueError
+        Widths that do not match ``params``; different batch shapes of ``x_q`` and
+        ``x_kv``; a mask that does not broadcast or is ambiguous; NaN or infinity in an
+        input or weight (named); an overflow in the projections, scores or output.
     """
-    self_attention = x_kv is None
-    x_kv = x_q if self_attention else x_kv
-    backend_of(params=params.w_q, x_q=x_q, x_kv=x_kv, mask=mask)
-    check_min_rank("x_q", x_q, 2, "(..., n_q, d_model)")
-    check_min_rank("x_kv", x_kv, 2, "(..., n_k, d_kv)")
-    check_same_dtype(params=params.w_q, x_q=x_q, x_kv=x_kv)
-    if shape_of(x_q)[-1] != params.d_model:
-        raise ValueError(f"x_q: expected last axis d_model={params.d_model}, "
-                         f"got shape {shape_of(x_q)}")
-    if shape_of(x_kv)[-1] != params.d_kv:
-        raise ValueError(f"x_kv: expected last axis d_kv={params.d_kv}, "
-                         f"got shape {shape_of(x_kv)}")
+    return_weights = check_flag("return_weights", return_weights)
+    layer = _check_layer(params, x_q, x_kv, mask, causal)
     h = params.num_heads
     q = split_heads(_linear(x_q, params.w_q, params.b_q), h)
-    k = split_heads(_linear(x_kv, params.w_k, params.b_k), h)
-    v = split_heads(_linear(x_kv, params.w_v, params.b_v), h)
-    if mask is not None and mask.ndim >= 2:
-        # one mask for all heads: insert the head axis just before (n_q, n_k)
-        mask = mask[..., None, :, :]
-    result = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal,
-                                          return_weights=return_weights)
+    k = split_heads(_linear(layer.x_kv, params.w_k, params.b_k), h)
+    v = split_heads(_linear(layer.x_kv, params.w_v, params.b_v), h)
+    if mask is not None and mask.ndim > 2:
+        mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
+    shape = AttentionShape(backend_of(q=q), layer.batch + (h,), layer.n_q, layer.n_k,
+                           params.d_head, params.d_head, 1.0 / math.sqrt(params.d_head),
+                           layer.causal)
+    result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
     heads, weights = result if return_weights else (result, None)
-    out = _linear(merge_heads(heads), params.w_o, params.b_o)
+    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o))
     return (out, weights) if return_weights else out
 
 
@@ -241,26 +438,34 @@ def multi_head_attention_loop(params: MultiHeadParams, x_q: Any, x_kv: Any = Non
     """The same layer written head by head: each head uses its own column block of the weights.
 
     Slower and longer than :func:`multi_head_attention`, and equal to it; it exists to show
-    that the reshape trick is the same maths. Shapes as in :func:`multi_head_attention`.
+    that the reshape trick is the same maths. Arguments, checks, errors and result as
+    :func:`multi_head_attention` (without ``return_weights``).
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_model)``
     """
-    x_kv = x_q if x_kv is None else x_kv
+    layer = _check_layer(params, x_q, x_kv, mask, causal)
     d = params.d_head
+    shape = AttentionShape(backend_of(x=x_q), layer.batch, layer.n_q, layer.n_k, d, d,
+                           1.0 / math.sqrt(d), layer.causal)
     heads = []
     for h in range(params.num_heads):
         cols = slice(h * d, (h + 1) * d)
         b = {n: (None if getattr(params, n) is None else getattr(params, n)[cols])
              for n in ("b_q", "b_k", "b_v")}
         q_h = _linear(x_q, params.w_q[:, cols], b["b_q"])
-        k_h = _linear(x_kv, params.w_k[:, cols], b["b_k"])
-        v_h = _linear(x_kv, params.w_v[:, cols], b["b_v"])
-        heads.append(scaled_dot_product_attention(q_h, k_h, v_h, mask=mask, causal=causal))
+        k_h = _linear(layer.x_kv, params.w_k[:, cols], b["b_k"])
+        v_h = _linear(layer.x_kv, params.w_v[:, cols], b["b_v"])
+        guard = _heads_guard(layer, q_h, k_h, v_h, shape)
+        heads.append(attend(q_h, k_h, v_h, mask, shape, False, guard))
     if isinstance(x_q, np.ndarray):
         concat = np.concatenate(heads, axis=-1)
     else:
         import torch
 
         concat = torch.cat(heads, dim=-1)
-    return _linear(concat, params.w_o, params.b_o)
+    return _check_output(layer, _linear(concat, params.w_o, params.b_o))
 
 
 def params_from_torch(mha: Any) -> MultiHeadParams:
@@ -270,12 +475,33 @@ def params_from_torch(mha: Any) -> MultiHeadParams:
     ``(3 d_model, d_model)``: rows ``[0, E)`` are W_Q, ``[E, 2E)`` W_K, ``[2E, 3E)`` W_V, each
     in ``nn.Linear``'s ``(out, in)`` layout, so attncore's ``(in, out)`` matrix is its
     transpose. When ``kdim``/``vdim`` differ from ``embed_dim`` it keeps separate
-    ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight`` instead. The returned tensors
-    are detached copies on the module's device.
+    ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight`` instead.
+
+    Parameters
+    ----------
+    mha : torch.nn.MultiheadAttention
+        Built with ``batch_first=True`` (attncore's layout, ``(batch, n, d)``), without
+        ``add_bias_kv`` or ``add_zero_attn``, and with ``kdim == vdim``.
+
+    Returns
+    -------
+    MultiHeadParams
+        Detached copies of the weights, on the module's device and in its dtype.
+
+    Raises
+    ------
+    TypeError
+        ``mha`` is not a ``torch.nn.MultiheadAttention``.
+    ValueError
+        An option whose maths :class:`MultiHeadParams` cannot hold, or ``batch_first=False``.
     """
-    if not getattr(mha, "batch_first", False):
-        raise ValueError("mha: expected torch.nn.MultiheadAttention(batch_first=True), "
-                         "got batch_first=False")
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(mha, torch.nn.MultiheadAttention):
+        raise TypeError(f"mha: expected a torch.nn.MultiheadAttention, got "
+                        f"{type(mha).__name__}")
+    if not mha.batch_first:
+        raise ValueError("mha: expected torch.nn.MultiheadAttention(batch_first=True), whose "
+                         "inputs have attncore's layout (batch, n, d), got batch_first=False")
     # Options whose maths MultiHeadParams does not hold: refuse them rather than drop them.
     if mha.bias_k is not None or mha.bias_v is not None:
         raise ValueError("mha: add_bias_kv=True appends learned key/value rows that attncore's "
@@ -308,11 +534,22 @@ def params_from_torch(mha: Any) -> MultiHeadParams:
 def params_to_torch(params: MultiHeadParams) -> Any:
     """Build a ``torch.nn.MultiheadAttention(batch_first=True)`` holding ``params``' weights.
 
-    NumPy parameters are converted to tensors on the CPU; torch parameters keep their
-    device and dtype. The inverse of :func:`params_from_torch`.
+    The inverse of :func:`params_from_torch`.
+
+    Parameters
+    ----------
+    params : MultiHeadParams
+        NumPy parameters are converted to tensors on the CPU; torch parameters keep their
+        device and dtype.
+
+    Returns
+    -------
+    torch.nn.MultiheadAttention
     """
     import torch
 
+    if not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params: expected a MultiHeadParams, got {type(params).__name__}")
     p = params
     as_t = (lambda a: torch.as_tensor(a)) if p.backend == NUMPY else (lambda a: a.detach())
     w_q = as_t(p.w_q)

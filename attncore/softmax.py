@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_floating, dtype_name
+from ._backend import NUMPY, backend_of, check_axis, check_floating, dtype_name
+
+__all__ = ["softmax"]
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
@@ -20,58 +22,71 @@ def softmax(x: Any, axis: int = -1) -> Any:
 
     Parameters
     ----------
-    x : array of shape ``(...)``, floating dtype (float16, bfloat16 (torch), float32, float64)
-        Logits. Entries equal to ``-inf`` get probability 0; this is how masked keys are
-        excluded. ``NaN`` and ``+inf`` are rejected.
-    axis : int
+    x : numpy.ndarray or torch.Tensor, shape ``(...)`` with at least one axis
+        Logits, of a floating dtype (float16, float32, float64; bfloat16 on torch).
+        Entries equal to ``-inf`` get probability 0: this is how masked keys are
+        excluded. NaN and ``+inf`` are rejected.
+    axis : int, default -1
         The axis that sums to one.
 
     Returns
     -------
-    Array of the same shape, dtype, library and device as ``x``. Along ``axis`` the entries
-    are in ``[0, 1]`` and sum to 1, except for a slice whose entries are all ``-inf``: it has
-    no admissible entry, and attncore returns **zeros** for it rather than ``0/0 = NaN``.
+    numpy.ndarray or torch.Tensor
+        The same shape, dtype, library and device as ``x``. Along ``axis`` the entries
+        are in ``[0, 1]`` and sum to 1, except for a slice whose entries are all ``-inf``:
+        it has no admissible entry, and attncore returns **zeros** for it rather than
+        ``0/0 = NaN``. An empty axis (length 0) gives an empty result.
 
     Raises
     ------
     TypeError
-        ``x`` is not a floating array.
+        ``x`` is not a floating array, or ``axis`` is not an integer (``None`` included:
+        the softmax normalises along one axis, not over the whole array).
     ValueError
-        ``x`` contains NaN or +inf, or ``axis`` is out of range.
+        ``x`` is 0-dimensional or contains NaN or ``+inf``, or ``axis`` is out of range.
+
+    Examples
+    --------
+    >>> import numpy as np, attncore as ac
+    >>> ac.softmax(np.array([0.0, np.log(3.0)]))
+    array([0.25, 0.75])
     """
     backend = backend_of(x=x)
     check_floating("x", x)
     if x.ndim == 0:
         raise ValueError("x: expected an array with at least 1 dimension (the axis to "
                          "normalise over), got a 0-dimensional array")
-    if not -x.ndim <= axis < max(x.ndim, 1):
-        raise ValueError(f"axis: expected an integer in [{-x.ndim}, {x.ndim - 1}] for x of "
-                         f"shape {tuple(x.shape)}, got {axis}")
+    axis = check_axis("axis", axis, x)
+    if x.shape[axis] == 0:
+        return x.copy() if backend == NUMPY else x.clone()
     if backend == NUMPY:
-        return _softmax_numpy(x, axis)
-    return _softmax_torch(x, axis)
+        m = np.max(x, axis=axis, keepdims=True)
+        bad = np.isnan(m).any() or np.isposinf(m).any()
+    else:
+        import torch
+
+        m = torch.amax(x, dim=axis, keepdim=True)
+        bad = bool((torch.isnan(m) | torch.isposinf(m)).any())
+    if bad:
+        # The maximum of a slice is NaN or +inf exactly when the slice holds one.
+        raise ValueError(f"x: expected no NaN or +inf logits, got some (dtype "
+                         f"{dtype_name(x)})")
+    return (_softmax_numpy if backend == NUMPY else _softmax_torch)(x, m, axis)
 
 
-def _softmax_numpy(x: np.ndarray, axis: int) -> np.ndarray:
-    if np.isnan(x).any() or np.isposinf(x).any():
-        raise ValueError(f"x: expected no NaN or +inf logits, got some (dtype {x.dtype})")
-    m = np.max(x, axis=axis, keepdims=True)
+def _softmax_numpy(x: np.ndarray, m: np.ndarray, axis: int) -> np.ndarray:
     # A slice of all -inf has m = -inf and x - m = NaN; shifting it by 0 instead leaves
     # exp(-inf) = 0 everywhere, which the division below turns into zeros.
-    m = np.where(np.isfinite(m), m, 0)
-    e = np.exp(x - m)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0))
     total = np.sum(e, axis=axis, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def _softmax_torch(x: Any, axis: int) -> Any:
+def _softmax_torch(x: Any, m: Any, axis: int) -> Any:
     import torch
 
-    if bool((torch.isnan(x) | torch.isposinf(x)).any()):
-        raise ValueError(f"x: expected no NaN or +inf logits, got some (dtype {dtype_name(x)})")
-    m = torch.amax(x, dim=axis, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    e = torch.exp(x - m)
+    e = torch.exp(x - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
     total = torch.sum(e, dim=axis, keepdim=True)
-    return torch.where(total > 0, e / torch.where(total > 0, total, torch.ones_like(total)),
-                       torch.zeros_like(e))
+    # Dividing by 1 where the total is 0 keeps the gradient finite in the unused branch.
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, e / safe, torch.zeros_like(e))

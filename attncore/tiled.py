@@ -19,18 +19,33 @@ state of each block into a running state: that is the online softmax of Milakov 
 (2018), as used by FlashAttention (Dao et al., 2022).
 
 All functions take NumPy arrays or torch tensors (computed on the tensors' device). For float16
-and bfloat16 tensors the running state is kept in float32 and the output cast back at the end.
+and bfloat16 inputs the running state is kept in float32 and the output cast back at the end.
+On torch, :func:`tiled_attention` is differentiable: its backward pass recomputes the scores
+one key block at a time from the row statistics ``m + log l`` that the forward pass keeps, so
+training through it needs no ``(n_q, n_k)`` array either.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_attention_inputs, dtype_name, shape_of
+from ._backend import (
+    NUMPY,
+    backend_of,
+    check_all_finite,
+    check_attention_inputs,
+    check_flag,
+    check_floating,
+    check_min_rank,
+    check_same_dtype,
+    check_size,
+    shape_of,
+    under_vmap,
+)
+from ._guard import attention_guard, is_low_precision
 
 __all__ = [
     "SoftmaxState",
@@ -44,11 +59,17 @@ __all__ = [
 class SoftmaxState(NamedTuple):
     """What a softmax-weighted average over a set of keys needs to remember, per query row.
 
-    max : ``(..., n_q, 1)``  the row maximum ``m`` of the scores seen (``-inf`` if none)
-    sum : ``(..., n_q, 1)``  ``l = sum_j exp(s_j - m)`` (0 if no key seen)
-    out : ``(..., n_q, d_v)`` ``o = sum_j exp(s_j - m) v_j``, not yet divided by ``l``
+    The empty state ``(-inf, 0, 0)`` is the identity of :func:`merge_softmax_states`. All
+    three arrays share one library, device and floating dtype.
 
-    The empty state ``(-inf, 0, 0)`` is the identity of :func:`merge_softmax_states`.
+    Attributes
+    ----------
+    max : array, shape ``(..., n_q, 1)``
+        The row maximum ``m`` of the scores seen (``-inf`` if no admissible key was seen).
+    sum : array, shape ``(..., n_q, 1)``
+        ``l = sum_j exp(s_j - m)``, 0 if no admissible key was seen.
+    out : array, shape ``(..., n_q, d_v)``
+        ``o = sum_j exp(s_j - m) v_j``, not yet divided by ``l``.
     """
 
     max: Any
@@ -61,9 +82,7 @@ class SoftmaxState(NamedTuple):
 def _xp(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np
-    import torch
-
-    return torch
+    return sys.modules["torch"]
 
 
 def _row_max(x: Any) -> Any:
@@ -88,32 +107,17 @@ def _finite_or_zero(m: Any) -> Any:
     return xp.where(xp.isfinite(m), m, xp.zeros_like(m))
 
 
-def _check_block_max(m: Any) -> None:
-    xp = _xp(m)
-    if bool((xp.isnan(m) | xp.isposinf(m)).any()):
-        raise ValueError(f"scores: expected finite scores q @ k^T * scale, got NaN or +inf "
-                         f"(the product overflowed dtype {dtype_name(m)}); use a wider dtype "
-                         f"or smaller inputs")
+def _any(x: Any) -> bool:
+    return bool(x.any())
 
 
-# --- the online-softmax state ------------------------------------------------------------
+# --- the online-softmax state: the arithmetic, unchecked (attncore's own callers) ---------
 
-def softmax_state(scores: Any, v: Any, *, overwrite_scores: bool = False) -> SoftmaxState:
-    """The state of one block of keys: ``(max, sum, out)`` from its scores and values.
-
-    scores : ``(..., n_q, b)`` floating; ``-inf`` marks a masked key (probability 0).
-    v      : ``(..., b, d_v)`` the values of those ``b`` keys, same dtype.
-    overwrite_scores : reuse ``scores``' memory for the exponentials (``scores`` is then
-        destroyed); tiled attention does this with its own temporary block of scores.
-
-    Returns a :class:`SoftmaxState` with ``max (..., n_q, 1)``, ``sum (..., n_q, 1)`` and
-    ``out (..., n_q, d_v)``. ``finalize_softmax_state(softmax_state(s, v))`` equals
-    ``softmax(s) @ v``.
-    """
+def _state(scores: Any, v: Any, m: Any = None, overwrite: bool = False) -> SoftmaxState:
     xp = _xp(scores)
-    m = _row_max(scores)
-    _check_block_max(m)
-    if overwrite_scores:
+    if m is None:
+        m = _row_max(scores)
+    if overwrite:
         scores -= _finite_or_zero(m)
         p = xp.exp(scores, out=scores)
     else:
@@ -121,21 +125,7 @@ def softmax_state(scores: Any, v: Any, *, overwrite_scores: bool = False) -> Sof
     return SoftmaxState(m, _row_sum(p), p @ v)
 
 
-def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
-                         into_a: bool = False) -> SoftmaxState:
-    """The state of the union of two disjoint sets of keys, from the states of each.
-
-    With ``m = max(m_a, m_b)``, ``alpha = exp(m_a - m)`` and ``beta = exp(m_b - m)``::
-
-        max = m,   sum = alpha * l_a + beta * l_b,   out = alpha * o_a + beta * o_b
-
-    Both factors are at most 1 (no overflow), and the one belonging to the larger maximum is
-    exactly 1. Shapes as in :class:`SoftmaxState`; the states must share library, device and
-    dtype. The merge is associative and commutative, with identity ``(-inf, 0, 0)``.
-
-    into_a : write the result into ``a``'s arrays (which may be views into a larger state) and
-        return ``a``, instead of allocating new arrays. ``b.out`` is overwritten too.
-    """
+def _merge(a: SoftmaxState, b: SoftmaxState, into_a: bool = False) -> SoftmaxState:
     xp = _xp(a.max)
     m = xp.maximum(a.max, b.max)
     shift = _finite_or_zero(m)
@@ -152,92 +142,263 @@ def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
     return a
 
 
-def finalize_softmax_state(state: SoftmaxState) -> Any:
-    """The attention output ``out / sum``, shape ``(..., n_q, d_v)``.
-
-    A row that saw no admissible key (``sum = 0``) is returned as zeros, as
-    :func:`~attncore.attention.scaled_dot_product_attention` does for fully masked rows.
-    """
+def _finalize(state: SoftmaxState) -> Any:
     xp = _xp(state.out)
     nonempty = state.sum > 0
     denominator = xp.where(nonempty, state.sum, xp.ones_like(state.sum))
     return xp.where(nonempty, state.out / denominator, xp.zeros_like(state.out))
 
 
-def _empty_state(batch: tuple[int, ...], n_q: int, d_v: int, like: Any, dtype: Any) -> SoftmaxState:
+def _empty_state(batch: tuple[int, ...], n_q: int, d_v: int, like: Any) -> SoftmaxState:
     if isinstance(like, np.ndarray):
-        return SoftmaxState(np.full(batch + (n_q, 1), -np.inf, dtype=dtype),
-                            np.zeros(batch + (n_q, 1), dtype=dtype),
-                            np.zeros(batch + (n_q, d_v), dtype=dtype))
-    import torch
-
-    kw = {"dtype": dtype, "device": like.device}
+        return SoftmaxState(np.full(batch + (n_q, 1), -np.inf, dtype=like.dtype),
+                            np.zeros(batch + (n_q, 1), dtype=like.dtype),
+                            np.zeros(batch + (n_q, d_v), dtype=like.dtype))
+    torch = sys.modules["torch"]
+    kw = {"dtype": like.dtype, "device": like.device}
     return SoftmaxState(torch.full(batch + (n_q, 1), float("-inf"), **kw),
                         torch.zeros(batch + (n_q, 1), **kw),
                         torch.zeros(batch + (n_q, d_v), **kw))
 
 
+# --- the online-softmax state: the public, checked functions -------------------------------
+
+def _check_state(name: str, state: Any) -> str:
+    """Validate one state; return its backend."""
+    if not isinstance(state, SoftmaxState):
+        raise TypeError(f"{name}: expected a SoftmaxState(max, sum, out), got "
+                        f"{type(state).__name__}")
+    parts = {f"{name}.max": state.max, f"{name}.sum": state.sum, f"{name}.out": state.out}
+    backend = backend_of(**parts)
+    for part, x in parts.items():
+        check_floating(part, x)
+        check_min_rank(part, x, 2, "(..., n_q, 1)" if part[-3:] != "out" else
+                       "(..., n_q, d_v)")
+    check_same_dtype(**parts)
+    ms, ls, os_ = shape_of(state.max), shape_of(state.sum), shape_of(state.out)
+    if ms[-1] != 1 or ls != ms or os_[:-1] != ms[:-1]:
+        raise ValueError(f"{name}: expected max and sum of shape (..., n_q, 1) and out of "
+                         f"shape (..., n_q, d_v), got max {ms}, sum {ls}, out {os_}")
+    xp = _xp(state.max)
+    if _any(xp.isnan(state.max) | xp.isposinf(state.max)):
+        raise ValueError(f"{name}.max: expected finite row maxima, or -inf for a row that "
+                         f"saw no key, got NaN or +inf")
+    if _any(~xp.isfinite(state.sum) | (state.sum < 0)):
+        raise ValueError(f"{name}.sum: expected finite sums >= 0, got a negative or "
+                         f"non-finite entry")
+    check_all_finite(**{f"{name}.out": state.out})
+    return backend
+
+
+def softmax_state(scores: Any, v: Any, *, overwrite_scores: bool = False) -> SoftmaxState:
+    """The state of one block of keys: ``(max, sum, out)`` from its scores and values.
+
+    Parameters
+    ----------
+    scores : numpy.ndarray or torch.Tensor, shape ``(..., n_q, b)``, floating
+        The scores of ``n_q`` queries against ``b`` keys. ``-inf`` marks a masked key
+        (probability 0); NaN and ``+inf`` are rejected.
+    v : numpy.ndarray or torch.Tensor, shape ``(..., b, d_v)``
+        The values of those ``b`` keys: same library, dtype and batch shape ``...``.
+    overwrite_scores : bool, default False
+        Reuse ``scores``' memory for the exponentials (``scores`` is then destroyed);
+        tiled attention does this with its own temporary block of scores.
+
+    Returns
+    -------
+    SoftmaxState
+        ``max`` and ``sum`` of shape ``(..., n_q, 1)``, ``out`` of shape ``(..., n_q, d_v)``,
+        same dtype as ``scores``. ``finalize_softmax_state(softmax_state(s, v))`` equals
+        ``softmax(s) @ v``. With ``b = 0`` keys the result is the empty state
+        ``(-inf, 0, 0)``.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries, a non-floating or mismatched dtype, a non-bool flag.
+    ValueError
+        Ranks below 2, different ``b`` or batch shapes, NaN or ``+inf`` in ``scores``, a
+        non-finite value in ``v``.
+    """
+    backend_of(scores=scores, v=v)
+    check_floating("scores", scores)
+    check_floating("v", v)
+    check_min_rank("scores", scores, 2, "(..., n_q, b)")
+    check_min_rank("v", v, 2, "(..., b, d_v)")
+    check_same_dtype(scores=scores, v=v)
+    overwrite_scores = check_flag("overwrite_scores", overwrite_scores)
+    ss, vs = shape_of(scores), shape_of(v)
+    if ss[-1] != vs[-2]:
+        raise ValueError(f"scores and v must have the same number of keys b: scores has "
+                         f"shape {ss} (b={ss[-1]}), v has shape {vs} (b={vs[-2]})")
+    if ss[:-2] != vs[:-2]:
+        raise ValueError(f"scores and v must have the same batch shape (...): got scores "
+                         f"{ss}, v {vs}")
+    check_all_finite(v=v)
+    if ss[-1] == 0:
+        return _empty_state(ss[:-2], ss[-2], vs[-1], scores)
+    m = _row_max(scores)
+    xp = _xp(m)
+    if _any(xp.isnan(m) | xp.isposinf(m)):
+        # A row's maximum is NaN or +inf exactly when the row holds one.
+        raise ValueError("scores: expected finite scores, or -inf for a masked key, got "
+                         "NaN or +inf")
+    return _state(scores, v, m, overwrite_scores)
+
+
+def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
+                         into_a: bool = False) -> SoftmaxState:
+    """The state of the union of two disjoint sets of keys, from the states of each.
+
+    With ``m = max(m_a, m_b)``, ``alpha = exp(m_a - m)`` and ``beta = exp(m_b - m)``::
+
+        max = m,   sum = alpha * l_a + beta * l_b,   out = alpha * o_a + beta * o_b
+
+    Both factors are at most 1 (no overflow), and the one belonging to the larger maximum is
+    exactly 1. The merge is associative and commutative, with identity ``(-inf, 0, 0)``.
+
+    Parameters
+    ----------
+    a, b : SoftmaxState
+        States of the same query rows: ``max`` and ``sum`` of shape ``(..., n_q, 1)``,
+        ``out`` of shape ``(..., n_q, d_v)``, equal in both (nothing is broadcast), one
+        library, device and dtype.
+    into_a : bool, default False
+        Write the result into ``a``'s arrays (which may be views into a larger state) and
+        return ``a``, instead of allocating new arrays. ``b.out`` is overwritten too.
+
+    Returns
+    -------
+    SoftmaxState
+        The merged state, shapes as ``a``.
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` is not a :class:`SoftmaxState`, mixed libraries or dtypes.
+    ValueError
+        Malformed states, states of different shapes, NaN or ``+inf`` maxima, negative or
+        non-finite sums, non-finite outputs.
+    """
+    _check_state("a", a)
+    _check_state("b", b)
+    backend_of(**{"a.max": a.max, "b.max": b.max})     # one library and device for both
+    check_same_dtype(**{"a.max": a.max, "b.max": b.max})
+    if shape_of(a.max) != shape_of(b.max) or shape_of(a.out) != shape_of(b.out):
+        raise ValueError(f"a and b: expected states of the same query rows and value width "
+                         f"(nothing is broadcast), got a.max {shape_of(a.max)}, a.out "
+                         f"{shape_of(a.out)} and b.max {shape_of(b.max)}, b.out "
+                         f"{shape_of(b.out)}")
+    into_a = check_flag("into_a", into_a)
+    return _merge(a, b, into_a)
+
+
+def finalize_softmax_state(state: SoftmaxState) -> Any:
+    """The attention output ``out / sum`` of a state.
+
+    Parameters
+    ----------
+    state : SoftmaxState
+        ``max`` and ``sum`` of shape ``(..., n_q, 1)``, ``out`` of shape ``(..., n_q, d_v)``.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
+        Same library, device and dtype as ``state.out``. A row that saw no admissible key
+        (``sum = 0``) is zeros, as
+        :func:`~attncore.attention.scaled_dot_product_attention` returns for fully masked
+        rows.
+    """
+    _check_state("state", state)
+    return _finalize(state)
+
+
 # --- tiled attention ---------------------------------------------------------------------
 
-def _check_block_size(block_size: Any) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) \
-            or block_size < 1:
-        raise ValueError(f"block_size: expected a positive integer (keys per block), "
-                         f"got {block_size!r}")
-    return int(block_size)
-
-
 def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any = None,
-                    causal: bool = False, scale: float | None = None) -> Any:
+                    causal: bool = False, scale: Any = None) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
 
     Same inputs, checks and result as :func:`attncore.attention.scaled_dot_product_attention`
-    (without ``return_weights``: the point is never to form the weights):
+    (without ``return_weights``: the point is never to form the weights).
 
-    q : ``(..., n_q, d_k)``,  k : ``(..., n_k, d_k)``,  v : ``(..., n_k, d_v)``, one floating
-    dtype, one library (NumPy or torch, on any device).
-    mask : boolean, broadcastable to ``(..., n_q, n_k)``, ``True`` = may attend.
-    causal : forbid key ``j > i`` for query ``i`` (top-left aligned, like the reference).
-    scale : multiplies the scores, default ``1 / sqrt(d_k)``.
-    block_size : keys per block, a positive integer; it need not divide ``n_k``.
+    Parameters
+    ----------
+    q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_k)``, floating
+    k : same library and dtype, shape ``(..., n_k, d_k)``
+    v : same library and dtype, shape ``(..., n_k, d_v)``
+    block_size : int, default 128
+        Keys per block, a positive integer; it need not divide ``n_k``.
+    mask : boolean array broadcastable to ``(..., n_q, n_k)``, optional
+        ``True`` = may attend; the same rules as the reference (at most 2 dimensions, or
+        one per axis of the scores).
+    causal : bool, default False
+        Forbid key ``j > i`` for query ``i`` (top-left aligned, like the reference).
+    scale : real scalar, optional
+        Multiplies the scores; default ``1 / sqrt(d_k)``.
 
-    Returns ``(..., n_q, d_v)``, same dtype, library and device as ``q``. Rows with every key
-    masked are zeros.
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
+        Same dtype, library and device as ``q``. Rows with every key masked, and every
+        row when ``n_k = 0``, are zeros.
 
-    Memory: besides the inputs and the output, one ``(..., n_q, block_size)`` block of scores
-    (overwritten by its exponentials), the scaled queries, and the running state (two
+    Raises
+    ------
+    TypeError, ValueError
+        As the reference, and for a ``block_size`` that is not a positive integer.
+    NotImplementedError
+        Under ``torch.func.vmap`` (the block loop updates its running state in place);
+        ``tiled_attention`` takes any number of leading batch axes, so call it on the
+        batched tensors directly.
+
+    Notes
+    -----
+    Memory: besides the inputs and the output, one ``(..., n_q, block_size)`` block of
+    scores (overwritten by its exponentials), the scaled queries, and the running state (two
     ``(..., n_q, 1)`` columns and a ``(..., n_q, d_v)`` accumulator) with the block's own
-    ``(..., n_q, d_v)`` output: ``O(n_q * (block_size + d_k + d_v))`` per batch entry instead of
-    the reference's ``O(n_q * n_k)``. With ``causal=True``, the query rows that a key block
-    cannot reach (``i < j0``) are skipped, which halves the work for square inputs.
+    ``(..., n_q, d_v)`` output: ``O(n_q * (block_size + d_k + d_v))`` per batch entry
+    instead of the reference's ``O(n_q * n_k)``. With ``causal=True``, the query rows that a
+    key block cannot reach (``i < j0``) are skipped, which halves the work for square inputs.
+
+    Autograd (torch): when an input requires a gradient, the forward pass also keeps the
+    row statistic ``m + log l`` (``(..., n_q, 1)``), and the backward pass recomputes each
+    block's scores and probabilities from it, with the same memory bound: the gradients
+    equal those of the reference.
     """
-    backend = backend_of(q=q, k=k, v=v, mask=mask)
-    q_shape, n_q, n_k = check_attention_inputs(q, k, v, mask=mask, scale=scale)
-    block_size = _check_block_size(block_size)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q_shape[-1])
-    batch, d_v = q_shape[:-2], shape_of(v)[-1]
+    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale)
+    block_size = check_size("block_size", block_size)
+    if shape.backend == NUMPY:
+        qw, kw, vw = (x.astype(np.float32) for x in (q, k, v)) if is_low_precision(q) \
+            else (q, k, v)
+        guard = attention_guard(qw, kw, vw, shape)
+        if guard.v_factor is not None:
+            vw = vw / guard.v_factor
+        state = _tiled_state(qw * np.asarray(shape.scale, dtype=qw.dtype),
+                             np.swapaxes(kw, -1, -2), vw, mask, shape, block_size)
+        out = _finalize(state)
+        if guard.v_factor is not None:
+            out *= guard.v_factor
+        return out.astype(q.dtype, copy=False)
+    return _tiled_torch(q, k, v, mask, shape, block_size)
 
-    if backend == NUMPY:
-        work_dtype = q.dtype
+
+def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
+                 block_size: int) -> SoftmaxState:
+    """The running state over all key blocks. ``qs`` is ``scale * q``, ``kt`` is ``k^T``,
+    all in the working dtype; the mask is the caller's (not combined with causal)."""
+    batch, n_q, n_k, causal = shape.batch, shape.n_q, shape.n_k, shape.causal
+    xp = _xp(qs)
+    if xp is np:
         allowed = None if mask is None else np.broadcast_to(mask, batch + (n_q, n_k))
-        rows = np.arange(n_q).reshape(n_q, 1)
-        cols = np.arange(n_k)
-        qs = q * np.asarray(scale, dtype=q.dtype)
-        kt = np.swapaxes(k, -1, -2)
+        rows, cols = np.arange(n_q).reshape(n_q, 1), np.arange(n_k)
+        neg_inf = np.asarray(-np.inf, dtype=qs.dtype)
     else:
-        import torch
-
-        low = q.dtype in (torch.float16, torch.bfloat16)
-        work_dtype = torch.float32 if low else q.dtype
         allowed = None if mask is None else mask.expand(*batch, n_q, n_k)
-        rows = torch.arange(n_q, device=q.device).reshape(n_q, 1)
-        cols = torch.arange(n_k, device=q.device)
-        qs = q.to(work_dtype) * scale
-        kt = k.to(work_dtype).transpose(-1, -2)
-        v = v.to(work_dtype)
-
-    state = _empty_state(batch, n_q, d_v, q, work_dtype)
+        rows = xp.arange(n_q, device=qs.device).reshape(n_q, 1)
+        cols = xp.arange(n_k, device=qs.device)
+        neg_inf = qs.new_tensor(float("-inf"))
+    state = _empty_state(batch, n_q, shape_of(v)[-1], qs)
     for j0 in range(0, n_k, block_size):
         j1 = min(j0 + block_size, n_k)
         # Causal: query i sees keys j <= i, so rows i < j0 get nothing from this block (or
@@ -246,25 +407,140 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
         if r0 >= n_q:
             break
         scores = qs[..., r0:, :] @ kt[..., j0:j1]                 # (..., n_q - r0, b)
-        keep = None
-        if allowed is not None:
-            keep = allowed[..., r0:, j0:j1]
-        if causal:
-            tri = rows[r0:] >= cols[j0:j1]
-            keep = tri if keep is None else keep & tri
+        keep = _block_mask(allowed, causal, rows, cols, r0, j0, j1)
         if keep is not None:
-            scores = _xp(scores).where(keep, scores, _neg_inf_like(scores))
+            scores = xp.where(keep, scores, neg_inf)
         # Merge this block's state into the running state of rows r0: (views, updated in
         # place). The scores are our own temporary, so the exponentials may overwrite them.
-        block = softmax_state(scores, v[..., j0:j1, :], overwrite_scores=True)
+        block = _state(scores, v[..., j0:j1, :], overwrite=True)
         rows_seen = SoftmaxState(*(x[..., r0:, :] for x in state))
-        merge_softmax_states(rows_seen, block, into_a=True)
+        _merge(rows_seen, block, into_a=True)
         del scores, block, keep         # free this block before the next one is allocated
-    out = finalize_softmax_state(state)
-    return out if backend == NUMPY else out.to(q.dtype)
+    return state
 
 
-def _neg_inf_like(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return np.asarray(-np.inf, dtype=x.dtype)
-    return x.new_tensor(float("-inf"))
+def _block_mask(allowed: Any, causal: bool, rows: Any, cols: Any, r0: int, j0: int,
+                j1: int) -> Any:
+    keep = None if allowed is None else allowed[..., r0:, j0:j1]
+    if causal:
+        tri = rows[r0:] >= cols[j0:j1]
+        keep = tri if keep is None else keep & tri
+    return keep
+
+
+# --- tiled attention on torch, with its backward pass ----------------------------------------
+
+def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int) -> Any:
+    import torch
+
+    if under_vmap(q, k, v, mask):
+        raise NotImplementedError(
+            "tiled_attention: torch.func.vmap is not supported (the block loop updates its "
+            "running state in place); tiled_attention takes any number of leading batch "
+            "axes, so call it on the batched tensors directly, or use "
+            "scaled_dot_product_attention, which supports vmap")
+    guard = attention_guard(q, k, v, shape)
+    work = torch.float32 if is_low_precision(q) else q.dtype
+    qw, kw, vw = q.to(work), k.to(work), v.to(work)     # no copies unless the dtype changes
+    if guard.v_factor is not None:
+        vw = vw / guard.v_factor
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        out, _ = _tiled_function().apply(qw, kw, vw, mask, shape, block_size)
+    else:
+        state = _tiled_state(qw * shape.scale, kw.transpose(-1, -2), vw, mask, shape,
+                             block_size)
+        out = _finalize(state)
+    if guard.v_factor is not None:
+        out = out * guard.v_factor
+    return out.to(q.dtype)
+
+
+def _log_sum_exp(state: SoftmaxState) -> Any:
+    """``m + log l`` per row, ``+inf`` for a row with no admissible key, so that
+    ``exp(s - lse)`` is its probability (0 for every key of an empty row)."""
+    import torch
+
+    nonempty = state.sum > 0
+    safe = torch.where(nonempty, state.sum, torch.ones_like(state.sum))
+    return torch.where(nonempty, state.max + torch.log(safe),
+                       torch.full_like(state.max, float("inf")))
+
+
+def _tiled_backward(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int,
+                    out: Any, lse: Any, grad_out: Any) -> tuple[Any, Any, Any]:
+    """Gradients of tiled attention with respect to ``q, k, v``, one key block at a time.
+
+    With ``P_ij = exp(s_ij - lse_i)`` (recomputed per block), ``dP_ij = dO_i . v_j`` and
+    ``D_i = dO_i . out_i = sum_j P_ij dP_ij``, the softmax's Jacobian gives
+    ``dS_ij = P_ij (dP_ij - D_i)``; then ``dq_i = scale sum_j dS_ij k_j``,
+    ``dk_j = scale sum_i dS_ij q_i`` and ``dv_j = sum_i P_ij dO_i``. Memory: a few
+    ``(..., n_q, block_size)`` blocks, as in the forward pass.
+    """
+    import torch
+
+    batch, n_q, n_k, causal, scale = shape.batch, shape.n_q, shape.n_k, shape.causal, \
+        shape.scale
+    allowed = None if mask is None else mask.expand(*batch, n_q, n_k)
+    rows = torch.arange(n_q, device=q.device).reshape(n_q, 1)
+    cols = torch.arange(n_k, device=q.device)
+    d = (grad_out * out).sum(dim=-1, keepdim=True)              # (..., n_q, 1)
+    qs = q * scale
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, n_k, block_size):
+        j1 = min(j0 + block_size, n_k)
+        r0 = j0 if causal else 0
+        if r0 >= n_q:
+            break
+        kb, vb, go = k[..., j0:j1, :], v[..., j0:j1, :], grad_out[..., r0:, :]
+        scores = qs[..., r0:, :] @ kb.transpose(-1, -2)
+        keep = _block_mask(allowed, causal, rows, cols, r0, j0, j1)
+        if keep is not None:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        p = torch.exp(scores - lse[..., r0:, :])                  # (..., n_q - r0, b)
+        dv[..., j0:j1, :] += p.transpose(-1, -2) @ go
+        ds = p * (go @ vb.transpose(-1, -2) - d[..., r0:, :])
+        dq[..., r0:, :] += (ds @ kb) * scale
+        dk[..., j0:j1, :] += (ds.transpose(-1, -2) @ q[..., r0:, :]) * scale
+        del scores, keep, p, ds
+    return dq, dk, dv
+
+
+_FUNCTION = None
+
+
+def _tiled_function() -> Any:
+    """The ``torch.autograd.Function`` of tiled attention, defined on first use so that
+    importing attncore does not import torch."""
+    global _FUNCTION
+    if _FUNCTION is not None:
+        return _FUNCTION
+    import torch
+
+    class TiledAttentionFunction(torch.autograd.Function):
+        """Tiled attention with a block-wise backward pass (inputs in the working dtype)."""
+
+        @staticmethod
+        def forward(q, k, v, mask, shape, block_size):
+            state = _tiled_state(q * shape.scale, k.transpose(-1, -2), v, mask, shape,
+                                 block_size)
+            return _finalize(state), _log_sum_exp(state)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            q, k, v, mask, shape, block_size = inputs
+            out, lse = output
+            ctx.save_for_backward(q, k, v, mask, out, lse)
+            ctx.shape, ctx.block_size = shape, block_size
+            ctx.mark_non_differentiable(lse)
+
+        @staticmethod
+        def backward(ctx, grad_out, _grad_lse):
+            q, k, v, mask, out, lse = ctx.saved_tensors
+            dq, dk, dv = _tiled_backward(q, k, v, mask, ctx.shape, ctx.block_size, out, lse,
+                                         grad_out)
+            return (dq if ctx.needs_input_grad[0] else None,
+                    dk if ctx.needs_input_grad[1] else None,
+                    dv if ctx.needs_input_grad[2] else None, None, None, None)
+
+    _FUNCTION = TiledAttentionFunction
+    return _FUNCTION

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -263,10 +264,16 @@ def test_never_materialises_the_score_matrix():
 
 # --- bad input ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("block_size", [0, -3, 2.0, 1.5, True, "8", None])
-def test_bad_block_size(block_size):
+@pytest.mark.parametrize("block_size, exc", [(0, ValueError), (-3, ValueError),
+                                             (2.0, TypeError), (1.5, TypeError),
+                                             (True, TypeError), ("8", TypeError),
+                                             (None, TypeError)])
+def test_bad_block_size(block_size, exc):
+    # The library-wide rule for sizes: not an integer -> TypeError, out of range -> ValueError.
     q = np.zeros((4, 2))
-    with pytest.raises(ValueError, match="block_size: expected a positive integer"):
+    with pytest.raises(exc, match=r"block_size: expected a positive integer, got "
+                                  + re.escape(str(block_size) if exc is ValueError
+                                              else repr(block_size))):
         tiled_attention(q, q, q, block_size=block_size)
 
 

@@ -1,0 +1,242 @@
+"""Attention's promise about values: finite inputs, and no overflow anywhere, on every path.
+
+Every attention function in attncore (the NumPy reference, the torch backend with or
+without PyTorch's fused kernel, the weights path, tiled attention, the multi-head layer)
+makes the same promise, checked here once per call:
+
+* a NaN or infinity in ``q``, ``k`` or ``v`` is a ``ValueError`` naming the argument,
+  whether or not a mask hides it;
+* a score ``scale * q_i . k_j`` that does not fit in the working precision (float32 for
+  float16 and bfloat16 inputs, the input's own dtype otherwise) is a ``ValueError``
+  saying so, masked or not, rather than a NaN (or a row of zeros) in the result.
+
+Checking this entry by entry would cost several passes over the inputs and, on a GPU,
+several waits for the device. Instead one number per input decides it. By the
+Cauchy-Schwarz inequality every score, and every partial sum of the products that make
+it, is at most ``|scale| * ||q||_F * ||k||_F`` in size (Frobenius norms over the whole
+array), and every weighted sum of values at most ``sqrt(n_k) * ||v||_F``. A norm is
+finite only if every entry is. So when the three norms are finite and these bounds sit
+well inside the dtype's range, nothing can be infinite or NaN on any path, and the call
+goes ahead: three reductions and, on a GPU, one read-back.
+
+Only when that cheap certificate fails (a non-finite entry, or numbers so large that an
+overflow is possible) are the inputs examined entry by entry: the first non-finite one is
+named; else the scores are computed block by block, exactly as the reference computes
+them, and any non-finite score is reported as an overflow; else the values are rescaled
+by exact powers of two so that no path's weighted sum can overflow either.
+
+Under ``torch.func.vmap`` values cannot be read, so the check is skipped there.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._backend import (
+    AttentionShape,
+    dtype_name,
+    find_non_finite,
+    non_finite_error,
+    under_vmap,
+)
+
+# The certificate's bounds must stay this far below the dtype's largest number, which
+# leaves room for rounding in the norms and in the products.
+_MARGIN = 16.0
+
+
+def is_low_precision(x: Any) -> bool:
+    """float16 or bfloat16 (for a floating ``x``): attncore computes their scores and sums
+    in float32."""
+    return x.dtype.itemsize == 2
+
+
+def work_dtype_name(x: Any) -> str:
+    return "float32" if is_low_precision(x) else dtype_name(x)
+
+
+_LIMITS: dict[Any, float] = {}
+
+
+def _limit(x: Any) -> float:
+    """The largest number of ``x``'s working dtype, over the margin (cached per dtype)."""
+    found = _LIMITS.get(x.dtype)
+    if found is None:
+        found = _LIMITS[x.dtype] = float(np.finfo(np.dtype(work_dtype_name(x))).max) / _MARGIN
+    return found
+
+
+def norms(*arrays: Any) -> list[float]:
+    """Frobenius norms as Python floats (in float32 for float16/bfloat16 inputs)."""
+    if isinstance(arrays[0], np.ndarray):
+        out = []
+        with np.errstate(over="ignore", invalid="ignore"):    # an overflow gives inf: fine
+            for x in arrays:
+                if is_low_precision(x):
+                    x = x.astype(np.float32)
+                # ravel() is a view for contiguous arrays; dot is the fastest sum of squares
+                flat = x.ravel()
+                out.append(math.sqrt(float(np.dot(flat, flat))))
+        return out
+    torch = sys.modules["torch"]
+    found = []
+    for x in arrays:
+        if x.requires_grad:
+            x = x.detach()                   # a check, not part of the autograd graph
+        if is_low_precision(x):
+            found.append(torch.linalg.vector_norm(x, dtype=torch.float32))
+        else:
+            found.append(torch.linalg.vector_norm(x))
+    if found[0].device.type == "cpu":
+        return [float(n) for n in found]
+    return torch.stack(found).tolist()       # one wait for the device instead of several
+
+
+def overflow_error(x: Any, inputs: str = "q, k or scale") -> ValueError:
+    dtype = work_dtype_name(x)
+    where = dtype if dtype == dtype_name(x) else \
+        f"{dtype}, the precision attncore computes {dtype_name(x)} scores in"
+    return ValueError(f"scores: expected finite scores scale * q @ k^T, got +-infinity "
+                      f"(the product overflowed dtype {where}); use a wider dtype or "
+                      f"smaller {inputs}")
+
+
+class Guard(NamedTuple):
+    """The outcome of :func:`attention_guard` for one call.
+
+    certified : the cheap certificate held, so any kernel may be used (PyTorch's fused
+        one included). Otherwise the call runs attncore's own arithmetic, whose scores
+        the guard has just checked one by one.
+    v_factor : ``None``, or per-column powers of two (shape ``(d_v,)``, the library and
+        working dtype of ``v``) to divide ``v`` by before, and multiply the output by
+        after, so that no weighted sum of values can overflow.
+    vmapped : the inputs are batched by ``torch.func.vmap``, so nothing was checked.
+    """
+
+    certified: bool
+    v_factor: Any
+    vmapped: bool = False
+
+
+PASSED = Guard(True, None)
+VMAPPED = Guard(True, None, True)
+
+
+def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
+                    names: tuple[str, str, str] = ("q", "k", "v"),
+                    inputs: str = "q, k or scale") -> Guard:
+    """Check attention's inputs for non-finite values and its scores for overflow.
+
+    ``names`` are the caller's names for ``q, k, v``; ``inputs`` what to make smaller
+    after an overflow. Returns a :class:`Guard`; raises ``ValueError`` as described in
+    the module docstring.
+    """
+    if shape.backend != "numpy" and under_vmap(q, k, v):
+        return VMAPPED
+    a, b, c = norms(q, k, v)
+    limit = _limit(q)
+    s = abs(shape.scale)
+    big = max(1.0, s)
+    qk_ok = (math.isfinite(a) and math.isfinite(b) and big * a <= limit and big * b <= limit
+             and s * a * b <= limit)
+    v_ok = math.isfinite(c) and math.sqrt(max(shape.n_k, 1)) * c <= limit
+    if qk_ok and v_ok:
+        return PASSED
+    arrays = dict(zip(names, (q, k, v)))
+    bad = find_non_finite(**arrays)
+    if bad is not None:
+        raise non_finite_error(bad, arrays[bad])
+    if not qk_ok and not scores_are_finite(q, k, shape.scale):
+        raise overflow_error(q, inputs)
+    return Guard(False, None if v_ok else _column_powers_of_two(v))
+
+
+def scores_are_finite(q: Any, k: Any, scale: float, block: int = 256) -> bool:
+    """Whether every score ``(scale * q) @ k^T`` is finite in the working precision.
+
+    Computed the way the reference computes them, one block of keys at a time so that the
+    memory stays ``O(n_q * block)`` (tiled attention's bound).
+    """
+    if isinstance(q, np.ndarray):
+        if is_low_precision(q):
+            q, k = q.astype(np.float32), k.astype(np.float32)
+        qs = q * np.asarray(scale, dtype=q.dtype)
+        kt = np.swapaxes(k, -1, -2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return all(np.isfinite(qs @ kt[..., j:j + block]).all()
+                       for j in range(0, kt.shape[-1], block))
+    torch = sys.modules["torch"]
+    work = torch.float32 if is_low_precision(q) else q.dtype
+    qs = q.detach().to(work) * scale
+    kt = k.detach().to(work).transpose(-1, -2)
+    return all(bool(torch.isfinite(qs @ kt[..., j:j + block]).all())
+               for j in range(0, kt.shape[-1], block))
+
+
+def _column_powers_of_two(v: Any) -> Any:
+    """Per column of ``v``, the largest power of two not above its largest magnitude (1
+    for columns below 1): dividing by it is exact and leaves every entry below 2."""
+    if isinstance(v, np.ndarray):
+        if is_low_precision(v):
+            v = v.astype(np.float32)
+        top = np.abs(v).reshape(-1, v.shape[-1]).max(axis=0) if v.size else \
+            np.ones(v.shape[-1], dtype=v.dtype)
+        return np.exp2(np.floor(np.log2(np.maximum(top, 1)))).astype(v.dtype)
+    torch = sys.modules["torch"]
+    work = torch.float32 if is_low_precision(v) else v.dtype
+    top = v.detach().to(work).abs().reshape(-1, v.shape[-1]).amax(dim=0) if v.numel() \
+        else torch.ones(v.shape[-1], dtype=work, device=v.device)
+    return torch.exp2(torch.floor(torch.log2(torch.clamp(top, min=1))))
+
+
+def layer_guard(arrays: dict[str, Any], *, rows_q: int, rows_k: int, n_k: int,
+                d_head: int) -> bool:
+    """The certificate of :func:`attention_guard` for a whole multi-head layer.
+
+    ``arrays`` holds the caller's ``x_q``, ``x_kv`` and the layer's weights
+    ``params.w_q`` ... ``params.b_o`` (biases may be ``None``) under the names to report;
+    ``rows_q`` and ``rows_k`` count the query and key rows over all batch entries. The
+    projections are bounded by ``||X W + 1 b^T||_F <= ||X||_F ||W||_F + sqrt(rows) ||b||``
+    and must fit in the inputs' own dtype (they are computed in it); each head's output
+    row is an average of value rows, so the concatenated heads are bounded by
+    ``sqrt(rows_q)`` times the values' norm. Returns True if the layer cannot produce a
+    non-finite number. Otherwise raises ``ValueError`` naming the first non-finite input,
+    or returns False: then the caller checks the projections, runs
+    :func:`attention_guard` on them and checks the result.
+    """
+    present = {n: x for n, x in arrays.items() if x is not None}
+    if under_vmap(*present.values()):
+        return True
+    found = dict(zip(present, norms(*present.values())))
+    n = {name: found.get(name, 0.0) for name in arrays}
+    x_q, x_kv = n["x_q"], n["x_kv"]
+    wq, wk, wv, wo = (n[f"params.w_{p}"] for p in "qkvo")
+    bq, bk, bv, bo = (n[f"params.b_{p}"] for p in "qkvo")
+    rq, rk = math.sqrt(rows_q), math.sqrt(rows_k)
+    q = x_q * wq + rq * bq
+    k = x_kv * wk + rk * bk
+    v = x_kv * wv + rk * bv
+    heads = rq * v
+    like = arrays["x_q"]
+    in_dtype = [x_q * wq, x_kv * wk, x_kv * wv, q, k, v, heads * wo, heads * wo + rq * bo]
+    s = 1.0 / math.sqrt(d_head)
+    in_work = [s * q * k, math.sqrt(max(n_k, 1)) * v]
+    if (all(math.isfinite(norm) for norm in found.values())
+            and all(b <= _own_limit(like) for b in in_dtype)
+            and all(b <= _limit(like) for b in in_work)):
+        return True
+    bad = find_non_finite(**present)
+    if bad is not None:
+        raise non_finite_error(bad, present[bad])
+    return False
+
+
+def _own_limit(x: Any) -> float:
+    """Like :func:`_limit`, for ``x``'s own dtype (float16 included)."""
+    if isinstance(x, np.ndarray):
+        return float(np.finfo(x.dtype).max) / _MARGIN
+    return float(sys.modules["torch"].finfo(x.dtype).max) / _MARGIN
