@@ -1,0 +1,605 @@
+"""A conformance check for attention functions you write yourself.
+
+:func:`check_attention` runs the course's property suite on any function that computes
+scaled dot-product attention, and reports, property by property, what holds and on which
+small input something fails::
+
+    >>> import numpy as np
+    >>> from attncore.testing import check_attention
+    >>> def my_attention(q, k, v, mask=None, causal=False):
+    ...     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    ...     if causal:
+    ...         n_q, n_k = scores.shape[-2:]
+    ...         mask = np.tri(n_q, n_k, dtype=bool) if mask is None else \\
+    ...             mask & np.tri(n_q, n_k, dtype=bool)
+    ...     if mask is not None:
+    ...         scores = np.where(mask, scores, -np.inf)
+    ...     m = scores.max(axis=-1, keepdims=True)
+    ...     e = np.exp(scores - np.where(np.isfinite(m), m, 0))
+    ...     total = e.sum(axis=-1, keepdims=True)
+    ...     return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+    >>> report = check_attention(my_attention)
+    >>> report.passed
+    True
+
+The calling convention
+----------------------
+Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)`` or
+``fn(q, k, v, causal=True)`` (a keyword is passed only when a property needs it), with
+
+* ``q`` of shape ``(*batch, n_q, d_k)``, ``k`` of shape ``(*batch, n_k, d_k)`` and ``v``
+  of shape ``(*batch, n_k, d_v)``: float64 NumPy arrays (or float64 CPU torch tensors
+  with ``backend="torch"``), ``batch`` being ``batch_shape`` (``(2, 3)`` by default:
+  batch and heads; pass ``()`` for a function written for single sequences);
+* ``mask`` a boolean array of exactly the scores' shape ``(*batch, n_q, n_k)``,
+  ``True`` meaning "query i may attend to key j";
+* ``causal=True`` meaning query ``i`` may attend to keys ``0..i`` only (top-left aligned:
+  ``tril(ones(n_q, n_k))``, as in PyTorch), combined with ``mask`` by AND.
+
+It must return ``out`` of shape ``(*batch, n_q, d_v)``, or a pair ``(out, weights)``
+with ``weights`` of shape ``(*batch, n_q, n_k)``, using the default scale
+``1 / sqrt(d_k)``. A query whose keys are all masked has no distribution to average: the
+course's convention (and attncore's) is a row of zeros, never NaN. Pass ``mask=False`` or
+``causal=False`` to :func:`check_attention` if your function takes no such keyword; the
+properties that need it are then skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ._backend import check_flag, check_size
+
+__all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
+
+PROPERTIES = {
+    "output_shape": "returns (*batch, n_q, d_v) finite values (and weights of the scores' "
+                    "shape, if any)",
+    "inputs_unchanged": "leaves q, k, v and mask as they were",
+    "rows_sum_to_one": "returned weights are >= 0, sum to 1 per query, are 0 where masked, "
+                       "and out = weights @ v",
+    "convex_combination": "each output is a weighted average of the values: within their "
+                          "range, and equal to v when every value row is the same",
+    "permutation_equivariance": "permuting queries permutes the outputs; permuting keys "
+                                "with their values changes nothing",
+    "no_future_leakage": "under causal=True, output i does not change when keys and "
+                         "values after i change",
+    "causal_prefix": "under causal=True, output i equals attention of query i over keys "
+                     "0..i alone",
+    "no_padding_leakage": "keys a padding mask excludes have no influence: the output "
+                          "equals attention over the real keys alone",
+    "fully_masked_rows": "a query with every key masked gets zeros (not NaN), and the "
+                         "other rows are unaffected",
+    "matches_reference": "agrees with PyTorch's scaled_dot_product_attention (attncore's "
+                         "NumPy reference when torch is not installed)",
+}
+"""The properties :func:`check_attention` checks, by name, with what each one asserts."""
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    """The outcome of one property.
+
+    Attributes
+    ----------
+    name : str
+        A key of :data:`PROPERTIES`.
+    status : {"passed", "failed", "skipped"}
+    detail : str
+        What went wrong (or why it was skipped); empty when it passed.
+    input : str
+        The input it failed on: shapes, mask, flags and seed.
+    """
+
+    name: str
+    status: str
+    detail: str = ""
+    input: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass(frozen=True)
+class AttentionCheck:
+    """The report of :func:`check_attention`: one :class:`PropertyResult` per property.
+
+    ``str(report)`` is a summary of short lines; ``report[name]`` is one result.
+
+    Attributes
+    ----------
+    function : str
+        The name of the function checked.
+    results : tuple of PropertyResult
+        In the order of :data:`PROPERTIES`.
+    """
+
+    function: str
+    results: tuple[PropertyResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True if no property failed (skipped ones do not count as failures)."""
+        return not self.failed
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the properties that failed."""
+        return [r.name for r in self.results if r.status == "failed"]
+
+    def __getitem__(self, name: str) -> PropertyResult:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(f"name: expected one of {list(PROPERTIES)}, got {name!r}")
+
+    def summary(self, width: int = 88) -> str:
+        """The report as lines of at most ``width`` characters."""
+        counts = {s: sum(r.status == s for r in self.results)
+                  for s in ("passed", "failed", "skipped")}
+        lines = [f"check_attention({self.function}): {counts['passed']} passed, "
+                 f"{counts['failed']} failed, {counts['skipped']} skipped"]
+        mark = {"passed": "ok  ", "failed": "FAIL", "skipped": "skip"}
+        for r in self.results:
+            head = f"  {mark[r.status]}  {r.name}"
+            if r.detail:
+                head += f": {r.detail}"
+            lines += textwrap.wrap(head, width, subsequent_indent=" " * 8)
+            if r.status == "failed" and r.input:
+                lines += textwrap.wrap(f"on {r.input}", width, initial_indent=" " * 8,
+                                       subsequent_indent=" " * 8)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def assert_passed(self) -> None:
+        """Raise ``AssertionError`` with the summary if any property failed."""
+        if not self.passed:
+            raise AssertionError("\n" + self.summary())
+
+
+class _Failure(Exception):
+    """A property does not hold: ``detail`` says how, ``input`` on what."""
+
+    def __init__(self, detail: str, input: str = ""):
+        super().__init__(detail)
+        self.detail, self.input = detail, input
+
+
+class _Skip(Exception):
+    pass
+
+
+def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool = True,
+                    batch_shape: tuple[int, ...] = (2, 3), backend: str = "numpy",
+                    atol: float = 1e-6, rtol: float = 1e-6, seed: int = 0) -> AttentionCheck:
+    """Run the course's attention properties on ``fn`` and report which hold.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(q, k, v[, mask=...][, causal=True]) -> out`` or ``(out, weights)``; see the
+        calling convention in this module's description.
+    mask : bool, default True
+        Whether ``fn`` takes a ``mask`` keyword; if False, the mask properties are skipped.
+    causal : bool, default True
+        Whether ``fn`` takes a ``causal`` keyword; if False, the causal properties are
+        skipped.
+    batch_shape : tuple of int, default (2, 3)
+        The leading axes of every input; ``()`` for a function of 2-D arrays.
+    backend : {"numpy", "torch"}, default "numpy"
+        Pass float64 NumPy arrays, or float64 CPU torch tensors (outputs may be either).
+    atol, rtol : float, default 1e-6
+        Tolerances of every comparison (``|a - b| <= atol + rtol * |b|``).
+    seed : int, default 0
+        Seed of the random inputs.
+
+    Returns
+    -------
+    AttentionCheck
+        ``.passed``, ``.failed`` (names), ``.results`` (one per property of
+        :data:`PROPERTIES`) and a printable summary.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad arguments to ``check_attention`` itself. Whatever ``fn`` raises is reported
+        as a failure of the property that called it, not raised.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable attention function, got "
+                        f"{type(fn).__name__}")
+    mask, causal = check_flag("mask", mask), check_flag("causal", causal)
+    if not isinstance(batch_shape, tuple):
+        raise TypeError(f"batch_shape: expected a tuple of integers, got "
+                        f"{type(batch_shape).__name__}")
+    batch_shape = tuple(check_size("batch_shape", b) for b in batch_shape)
+    if backend not in ("numpy", "torch"):
+        raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+    for name, tol in (("atol", atol), ("rtol", rtol)):
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
+            raise ValueError(f"{name}: expected a number >= 0, got {tol!r}")
+    seed = check_size("seed", seed, minimum=0)
+    runner = _Runner(fn, mask, causal, batch_shape, backend, atol, rtol, seed)
+    results = []
+    for name in PROPERTIES:
+        try:
+            getattr(runner, name)()
+        except _Skip as skip:
+            results.append(PropertyResult(name, "skipped", str(skip)))
+        except _Failure as failure:
+            results.append(PropertyResult(name, "failed", failure.detail, failure.input))
+        else:
+            results.append(PropertyResult(name, "passed"))
+    return AttentionCheck(_name(fn), tuple(results))
+
+
+def _name(fn: Any) -> str:
+    if isinstance(fn, functools.partial):
+        return f"partial({_name(fn.func)}, ...)"
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+class _Runner:
+    """Builds the small inputs and runs the properties (one method per property)."""
+
+    def __init__(self, fn, has_mask, has_causal, batch, backend, atol, rtol, seed):
+        self.fn, self.has_mask, self.has_causal = fn, has_mask, has_causal
+        self.batch, self.backend, self.atol, self.rtol, self.seed = \
+            batch, backend, atol, rtol, seed
+        self._weights = None                         # does fn return weights? (first call)
+
+    # --- inputs and calls ------------------------------------------------------------
+
+    def qkv(self, n_q, n_k, d_k=4, d_v=3, offset=0, spread=1.0):
+        rng = np.random.default_rng([self.seed, offset])
+        b = self.batch
+        return (rng.standard_normal(b + (n_q, d_k)) * spread,
+                rng.standard_normal(b + (n_k, d_k)) * spread,
+                rng.standard_normal(b + (n_k, d_v)))
+
+    def describe(self, q, k, v, mask=None, causal=False, note=""):
+        text = f"q {q.shape}, k {k.shape}, v {v.shape}"
+        if mask is not None:
+            text += f", mask {mask.shape}"
+        if causal:
+            text += ", causal=True"
+        return text + (f", {note}" if note else "") + f" (seed {self.seed})"
+
+    def call(self, q, k, v, mask=None, causal=False, *, where=""):
+        """``fn``'s result as NumPy ``(out, weights or None)``; any problem is a failure."""
+        kwargs = {}
+        if mask is not None:
+            kwargs["mask"] = mask
+        if causal:
+            kwargs["causal"] = True
+        args = [q, k, v]
+        if self.backend == "torch":
+            import torch
+
+            args = [torch.from_numpy(np.array(x)) for x in args]
+            kwargs = {n: (torch.from_numpy(np.array(x)) if isinstance(x, np.ndarray) else x)
+                      for n, x in kwargs.items()}
+        else:
+            args = [np.array(x) for x in args]                  # fn gets its own copies
+            kwargs = {n: (np.array(x) if isinstance(x, np.ndarray) else x)
+                      for n, x in kwargs.items()}
+        try:
+            result = self.fn(*args, **kwargs)
+        except Exception as err:                                # reported, not raised
+            hint = ""
+            if isinstance(err, TypeError) and "keyword" in str(err):
+                hint = (" (if fn takes no such keyword, pass mask=False or causal=False "
+                        "to check_attention)")
+            raise _Failure(f"fn raised {type(err).__name__}: {err}{hint}",
+                           where or self.describe(q, k, v, mask, causal)) from None
+        out, weights = (result if isinstance(result, tuple) and len(result) == 2
+                        else (result, None))
+        out, weights = _to_numpy(out), _to_numpy(weights)
+        if self._weights is None:
+            self._weights = weights is not None
+        expected = q.shape[:-1] + (v.shape[-1],)
+        where = where or self.describe(q, k, v, mask, causal)
+        if not isinstance(out, np.ndarray) or out.shape != expected:
+            got = getattr(out, "shape", type(out).__name__)
+            raise _Failure(f"expected out of shape {expected}, got {got}", where)
+        if weights is not None:
+            expected_w = q.shape[:-1] + (k.shape[-2],)
+            if not isinstance(weights, np.ndarray) or weights.shape != expected_w:
+                got = getattr(weights, "shape", type(weights).__name__)
+                raise _Failure(f"expected weights of shape {expected_w}, got {got}", where)
+        return out, weights
+
+    def close(self, a, b):
+        return np.abs(a - b) <= self.atol + self.rtol * np.abs(b)
+
+    def first_bad(self, ok):
+        """Index (batch..., row) of the first output row where ``ok`` fails."""
+        rows = ok.all(axis=-1) if ok.ndim == len(self.batch) + 2 else ok
+        return tuple(int(i) for i in np.argwhere(~rows)[0])
+
+    def padding(self, n_q, n_k):
+        """A key-padding mask of exactly the scores' shape: batch entry b keeps
+        ``lengths[b]`` keys (the first axis of ``batch``; all keys without batch axes)."""
+        lead = self.batch[0] if self.batch else 1
+        lengths = np.array([n_k - 1 - (2 * b) % (n_k - 1) for b in range(lead)])  # 1..n_k-1
+        keys = np.arange(n_k) < lengths[:, None]                     # (lead, n_k)
+        if not self.batch:
+            keys = keys[0]
+        else:
+            keys = keys.reshape((lead,) + (1,) * (len(self.batch) - 1) + (n_k,))
+        return np.broadcast_to(keys[..., None, :], self.batch + (n_q, n_k)).copy(), lengths
+
+    def random_mask(self, n_q, n_k, offset):
+        rng = np.random.default_rng([self.seed, offset])
+        m = rng.random(self.batch + (n_q, n_k)) < 0.6
+        m[..., rng.integers(n_k)] = True            # every row keeps at least one key
+        return m
+
+    # --- the properties ----------------------------------------------------------------
+
+    def output_shape(self):
+        q, k, v = self.qkv(5, 7)
+        out, weights = self.call(q, k, v)
+        if not np.isfinite(out).all():
+            raise _Failure("out holds NaN or infinity", self.describe(q, k, v))
+        if weights is not None and not np.isfinite(weights).all():
+            raise _Failure("weights hold NaN or infinity", self.describe(q, k, v))
+
+    def inputs_unchanged(self):
+        q, k, v = self.qkv(5, 7, offset=1)
+        m = self.random_mask(5, 7, 1) if self.has_mask else None
+        args = [q, k, v]
+        kwargs = {"mask": m} if m is not None else {}
+        if self.backend == "torch":
+            import torch
+
+            args = [torch.from_numpy(x.copy()) for x in args]
+            if m is not None:
+                kwargs["mask"] = torch.from_numpy(m.copy())
+        else:
+            args = [x.copy() for x in args]
+            if m is not None:
+                kwargs["mask"] = m.copy()
+        where = self.describe(q, k, v, m)
+        try:
+            self.fn(*args, **kwargs)
+        except Exception as err:
+            raise _Failure(f"fn raised {type(err).__name__}: {err}", where) from None
+        for name, before, after in zip("qkv", (q, k, v), args):
+            if not np.array_equal(before, _to_numpy(after)):
+                raise _Failure(f"fn changed its argument {name} in place", where)
+        if m is not None and not np.array_equal(m, _to_numpy(kwargs["mask"])):
+            raise _Failure("fn changed its argument mask in place", where)
+
+    def rows_sum_to_one(self):
+        if not self._weights:
+            raise _Skip("fn returns no weights")
+        cases = [(self.qkv(5, 7, offset=2), None, False)]
+        if self.has_mask:
+            cases.append((self.qkv(5, 7, offset=3), self.random_mask(5, 7, 3), False))
+        if self.has_causal:
+            cases.append((self.qkv(6, 6, offset=4), None, True))
+        for (q, k, v), m, c in cases:
+            out, w = self.call(q, k, v, m, c)
+            where = self.describe(q, k, v, m, c)
+            if w is None:
+                raise _Failure("fn returned weights on one call but not on another", where)
+            if (w < 0).any():
+                raise _Failure(f"a weight is negative: {w.min():.3g}", where)
+            allowed = np.ones(w.shape, bool) if m is None else m.copy()
+            if c:
+                allowed &= np.tri(*w.shape[-2:], dtype=bool)
+            if (w[~allowed] != 0).any():
+                raise _Failure(f"a masked key has weight {np.abs(w[~allowed]).max():.3g}, "
+                               f"expected 0", where)
+            ok = self.close(w.sum(axis=-1), np.ones(w.shape[:-1]))
+            if not ok.all():
+                i = self.first_bad(ok)
+                raise _Failure(f"weights of query {i} sum to {w.sum(axis=-1)[i]:.6g}, "
+                               f"expected 1", where)
+            ok = self.close(out, w @ v)
+            if not ok.all():
+                raise _Failure(f"out differs from weights @ v at query "
+                               f"{self.first_bad(ok)}", where)
+
+    def convex_combination(self):
+        cases = [(5, 7, None, False, 5), (4, 300, None, False, 6)]
+        if self.has_mask:
+            cases.append((5, 7, self.random_mask(5, 7, 7), False, 7))
+        if self.has_causal:
+            cases.append((6, 6, None, True, 8))
+        for n_q, n_k, m, c, offset in cases:
+            q, k, v = self.qkv(n_q, n_k, offset=offset, spread=2.0)
+            note = "keys in several blocks" if n_k > 100 else ""
+            out, _ = self.call(q, k, v, m, c)
+            lo = v.min(axis=-2, keepdims=True) - self.atol
+            hi = v.max(axis=-2, keepdims=True) + self.atol
+            ok = (out >= lo) & (out <= hi)
+            if not ok.all():
+                i = self.first_bad(ok)
+                raise _Failure(f"output {i} leaves the range of the values",
+                               self.describe(q, k, v, m, c, note))
+            same = np.broadcast_to(v[..., :1, :], v.shape).copy()     # every row equal
+            out, _ = self.call(q, k, same, m, c)
+            ok = self.close(out, np.broadcast_to(same[..., :1, :], out.shape))
+            if not ok.all():
+                i = self.first_bad(ok)
+                raise _Failure(f"with every value row equal to c, output {i} is not c "
+                               f"(max error {np.abs(out - same[..., :1, :]).max():.3g}): "
+                               f"the weights do not sum to 1",
+                               self.describe(q, k, same, m, c,
+                                             ("equal value rows, " + note).strip(", ")))
+
+    def permutation_equivariance(self):
+        rng = np.random.default_rng([self.seed, 9])
+        q, k, v = self.qkv(5, 7, offset=9)
+        m = self.random_mask(5, 7, 9) if self.has_mask else None
+        out, _ = self.call(q, k, v, m)
+        pq, pk = rng.permutation(5), rng.permutation(7)
+        out_q, _ = self.call(q[..., pq, :], k, v, None if m is None else m[..., pq, :])
+        ok = self.close(out_q, out[..., pq, :])
+        if not ok.all():
+            raise _Failure(f"permuting the queries by {pq.tolist()} did not permute the "
+                           f"outputs the same way", self.describe(q, k, v, m))
+        out_k, _ = self.call(q, k[..., pk, :], v[..., pk, :],
+                             None if m is None else m[..., pk])
+        ok = self.close(out_k, out)
+        if not ok.all():
+            raise _Failure(f"permuting keys and values together by {pk.tolist()} changed "
+                           f"output {self.first_bad(ok)}", self.describe(q, k, v, m))
+
+    def no_future_leakage(self):
+        if not self.has_causal:
+            raise _Skip("fn takes no causal keyword (causal=False)")
+        n = 6
+        q, k, v = self.qkv(n, n, offset=10)
+        out, _ = self.call(q, k, v, causal=True)
+        rng = np.random.default_rng([self.seed, 11])
+        for t in range(1, n):
+            k2, v2 = k.copy(), v.copy()
+            k2[..., t:, :] = rng.standard_normal(k2[..., t:, :].shape) * 10
+            v2[..., t:, :] = rng.standard_normal(v2[..., t:, :].shape) * 10
+            out2, _ = self.call(q, k2, v2, causal=True)
+            ok = self.close(out2[..., :t, :], out[..., :t, :])
+            if not ok.all():
+                i = self.first_bad(ok)
+                raise _Failure(f"output {i} changed when keys and values {t}.. changed "
+                               f"(max change {np.abs(out2 - out)[..., :t, :].max():.3g})",
+                               self.describe(q, k, v, causal=True))
+
+    def causal_prefix(self):
+        if not self.has_causal:
+            raise _Skip("fn takes no causal keyword (causal=False)")
+        n = 6
+        q, k, v = self.qkv(n, n, offset=12)
+        out, _ = self.call(q, k, v, causal=True)
+        for i in range(n):
+            alone, _ = self.call(q[..., i:i + 1, :], k[..., :i + 1, :], v[..., :i + 1, :])
+            ok = self.close(out[..., i:i + 1, :], alone)
+            if not ok.all():
+                raise _Failure(f"output {i} differs from attention of query {i} over keys "
+                               f"0..{i} alone (max error "
+                               f"{np.abs(out[..., i:i + 1, :] - alone).max():.3g})",
+                               self.describe(q, k, v, causal=True))
+
+    def no_padding_leakage(self):
+        if not self.has_mask:
+            raise _Skip("fn takes no mask keyword (mask=False)")
+        n_q, n_k = 5, 7
+        q, k, v = self.qkv(n_q, n_k, offset=13)
+        m, lengths = self.padding(n_q, n_k)
+        note = f"padding mask, lengths {lengths.tolist()} along batch axis 0"
+        where = self.describe(q, k, v, m, note=note)
+        out, _ = self.call(q, k, v, m, where=where)
+        rng = np.random.default_rng([self.seed, 14])
+        k2, v2 = k.copy(), v.copy()
+        pad = ~m[..., 0, :]                                        # (*batch, n_k)
+        k2[pad] = rng.standard_normal(k2[pad].shape) * 10
+        v2[pad] = rng.standard_normal(v2[pad].shape) * 10
+        out2, _ = self.call(q, k2, v2, m, where=where)
+        ok = self.close(out2, out)
+        if not ok.all():
+            raise _Failure(f"output {self.first_bad(ok)} changed when padded keys and "
+                           f"values changed (max change {np.abs(out2 - out).max():.3g})",
+                           where)
+        for b, length in enumerate(lengths.tolist()):
+            sl = slice(b, b + 1) if self.batch else slice(None)      # keep every axis
+            alone, _ = self.call(q[sl], k[sl][..., :length, :], v[sl][..., :length, :],
+                                 where=where)
+            ok = self.close(out[sl], alone)
+            if not ok.all():
+                raise _Failure(f"batch entry {b} differs from attention over its "
+                               f"{length} real keys alone", where)
+
+    def fully_masked_rows(self):
+        if not self.has_mask:
+            raise _Skip("fn takes no mask keyword (mask=False)")
+        n_q, n_k = 5, 7
+        q, k, v = self.qkv(n_q, n_k, offset=15)
+        m = self.random_mask(n_q, n_k, 15)
+        m[..., 1, :] = False                                   # query 1 sees no key at all
+        if self.batch:
+            m[(0,) * len(self.batch) + (3,)] = False          # and query 3 of one entry
+        where = self.describe(q, k, v, m, note="query 1 has every key masked")
+        out, w = self.call(q, k, v, m, where=where)
+        empty = ~m.any(axis=-1)
+        if not np.isfinite(out[empty]).all():
+            raise _Failure("a fully masked query's output holds NaN or infinity, "
+                           "expected zeros", where)
+        if (out[empty] != 0).any():
+            raise _Failure(f"a fully masked query's output is not zero (max "
+                           f"{np.abs(out[empty]).max():.3g}), expected zeros", where)
+        if w is not None and not (np.isfinite(w[empty]).all() and (w[empty] == 0).all()):
+            raise _Failure("a fully masked query's weights are not zeros", where)
+        filled = m.copy()
+        filled[empty] = True
+        ref, _ = self.call(q, k, v, filled, where=where)
+        ok = self.close(out[~empty], ref[~empty])
+        if not ok.all():
+            raise _Failure("rows with admissible keys changed because another row is "
+                           "fully masked", where)
+
+    def matches_reference(self):
+        reference, name = _reference()
+        cases = [("", self.qkv(5, 7, d_k=8, offset=16), None, False),
+                 ("keys in several blocks", self.qkv(4, 300, d_k=8, offset=17, spread=1.5),
+                  None, False)]
+        if self.has_causal:
+            cases.append(("", self.qkv(6, 6, d_k=8, offset=18), None, True))
+        if self.has_mask:
+            cases.append(("", self.qkv(5, 7, d_k=8, offset=19),
+                          self.random_mask(5, 7, 19), False))
+            if self.has_causal:
+                cases.append(("", self.qkv(6, 6, d_k=8, offset=20),
+                              self.random_mask(6, 6, 20), True))
+        for note, (q, k, v), m, c in cases:
+            where = self.describe(q, k, v, m, c, note)
+            out, _ = self.call(q, k, v, m, c, where=where)
+            ref = reference(q, k, v, m, c)
+            ok = self.close(out, ref)
+            if not ok.all():
+                raise _Failure(f"differs from {name} at output {self.first_bad(ok)} (max "
+                               f"error {np.abs(out - ref).max():.3g})", where)
+
+
+def _to_numpy(x: Any) -> Any:
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def _reference() -> tuple[Callable[..., np.ndarray], str]:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        from .attention import scaled_dot_product_attention
+
+        def ours(q, k, v, m, c):
+            return scaled_dot_product_attention(q, k, v, mask=m, causal=c)
+
+        return ours, "attncore.scaled_dot_product_attention (torch is not installed)"
+
+    def theirs(q, k, v, m, c):
+        t = [torch.from_numpy(x) for x in (q, k, v)]
+        if c:
+            tri = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+            m = tri if m is None else torch.from_numpy(m) & tri
+        elif m is not None:
+            m = torch.from_numpy(m)
+        # The cases never mask a whole row, where PyTorch's kernels have differed.
+        return F.scaled_dot_product_attention(*t, attn_mask=m,
+                                              scale=1 / math.sqrt(q.shape[-1])).numpy()
+
+    return theirs, "torch.nn.functional.scaled_dot_product_attention"

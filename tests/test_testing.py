@@ -1,0 +1,177 @@
+"""attncore.testing.check_attention: the course's implementations pass, classic mistakes are
+caught by the property that names them, and the report reads well."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import attncore as ac
+import broken_attention as broken
+from attncore.testing import PROPERTIES, AttentionCheck, check_attention
+
+OURS = {
+    "numpy": (ac.scaled_dot_product_attention, "numpy"),
+    "numpy, weights": (functools.partial(ac.scaled_dot_product_attention,
+                                         return_weights=True), "numpy"),
+    "torch": (ac.scaled_dot_product_attention, "torch"),
+    "torch, weights": (functools.partial(ac.scaled_dot_product_attention,
+                                         return_weights=True), "torch"),
+    "tiled numpy, block 3": (functools.partial(ac.tiled_attention, block_size=3), "numpy"),
+    "tiled torch, block 128": (ac.tiled_attention, "torch"),
+    "hand-written": (broken.correct, "numpy"),
+    "hand-written, weights": (broken.correct_with_weights, "numpy"),
+}
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_the_course_implementations_pass(name):
+    fn, backend = OURS[name]
+    report = check_attention(fn, backend=backend)
+    report.assert_passed()
+    assert [r.name for r in report.results] == list(PROPERTIES)
+    weights = "weights" in name
+    assert report["rows_sum_to_one"].status == ("passed" if weights else "skipped")
+
+
+@pytest.mark.parametrize("batch_shape", [(), (3,), (2, 1, 2)])
+def test_any_batch_shape(batch_shape):
+    check_attention(ac.scaled_dot_product_attention, batch_shape=batch_shape).assert_passed()
+    assert check_attention(broken.scale_by_d, batch_shape=batch_shape).failed == \
+        ["matches_reference"]
+
+
+# Each mistake, and the properties that must name it. Where a property cannot see a
+# mistake at all, it must pass: the report points at the mistake, not at everything.
+MISTAKES = {
+    # the structure is intact; only the numbers are off
+    "scale_by_d": {"matches_reference"},
+    # the scores of key j mix in other keys' coordinates
+    "reshape_not_transpose": {"permutation_equivariance", "no_future_leakage",
+                              "causal_prefix", "no_padding_leakage", "matches_reference"},
+    "inverted_mask": {"no_padding_leakage", "fully_masked_rows", "matches_reference"},
+    # masked keys still in the denominator: weights no longer sum to one
+    "mask_after_softmax": {"rows_sum_to_one", "convex_combination", "no_future_leakage",
+                           "causal_prefix", "no_padding_leakage", "matches_reference"},
+    "causal_sees_next": {"no_future_leakage", "causal_prefix", "matches_reference"},
+    # query 0 sees nothing and returns zeros, outside the range of the values
+    "causal_misses_itself": {"convex_combination", "causal_prefix", "matches_reference"},
+    # only visible once the keys span several blocks
+    "online_softmax_without_rescale": {"convex_combination", "matches_reference"},
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_each_mistake_is_caught_by_name(mistake):
+    report = check_attention(getattr(broken, mistake))
+    assert not report.passed
+    assert set(report.failed) == MISTAKES[mistake], str(report)
+    for name in report.failed:
+        result = report[name]
+        assert result.detail and result.input, result
+        assert "seed 0" in result.input
+
+
+def test_mistakes_are_caught_on_torch_too():
+    def on_torch(fn):
+        def wrapped(q, k, v, mask=None, causal=False):
+            to = lambda x: None if x is None else x.numpy()   # noqa: E731
+            res = fn(to(q), to(k), to(v), mask=to(mask), causal=causal)
+            import torch
+            return tuple(map(torch.from_numpy, res)) if isinstance(res, tuple) \
+                else torch.from_numpy(res)
+        wrapped.__name__ = fn.__name__
+        return wrapped
+
+    report = check_attention(on_torch(broken.causal_sees_next), backend="torch")
+    assert set(report.failed) == MISTAKES["causal_sees_next"]
+
+
+def test_a_function_without_mask_or_causal():
+    def plain(q, k, v):
+        return broken.correct(q, k, v)
+
+    report = check_attention(plain, mask=False, causal=False)
+    assert report.passed
+    skipped = {r.name for r in report.results if r.status == "skipped"}
+    assert skipped == {"rows_sum_to_one", "no_future_leakage", "causal_prefix",
+                       "no_padding_leakage", "fully_masked_rows"}
+    # without saying so, the mask calls fail, and the report says what to do
+    report = check_attention(plain)
+    assert "no_padding_leakage" in report.failed
+    assert "pass mask=False or causal=False" in report["no_padding_leakage"].detail
+
+
+def test_nan_for_fully_masked_rows_is_reported():
+    def nan_rows(q, k, v, mask=None, causal=False):
+        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        with np.errstate(invalid="ignore"):
+            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True) @ v
+
+    report = check_attention(nan_rows, causal=False)
+    assert report.failed == ["fully_masked_rows"]
+    assert "NaN" in report["fully_masked_rows"].detail
+
+
+def test_errors_and_wrong_shapes_are_failures_not_crashes():
+    def crashes(q, k, v, mask=None, causal=False):
+        raise RuntimeError("boom")
+
+    def transposed(q, k, v, mask=None, causal=False):
+        return np.swapaxes(broken.correct(q, k, v, mask, causal), -1, -2)
+
+    def in_place(q, k, v, mask=None, causal=False):
+        q *= 1.0 / np.sqrt(q.shape[-1])
+        return broken.correct(q, k, v, mask, causal) * 1.0
+
+    report = check_attention(crashes)
+    assert set(report.failed) == set(PROPERTIES) - {"rows_sum_to_one"}
+    assert report["output_shape"].detail == "fn raised RuntimeError: boom"
+    report = check_attention(transposed)
+    assert "expected out of shape (2, 3, 5, 3), got (2, 3, 3, 5)" in \
+        report["output_shape"].detail
+    assert "inputs_unchanged" in check_attention(in_place).failed
+
+
+def test_report_is_short_and_readable():
+    report = check_attention(broken.mask_after_softmax)
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0] == ("check_attention(mask_after_softmax): 4 passed, 6 failed, "
+                        "0 skipped")
+    assert all(len(line) <= 88 for line in lines)
+    assert any(line.startswith("  FAIL  rows_sum_to_one: ") for line in lines)
+    assert any(line.startswith("  ok    permutation_equivariance") for line in lines)
+    assert isinstance(report, AttentionCheck)
+    with pytest.raises(AssertionError, match="FAIL  no_padding_leakage"):
+        report.assert_passed()
+    with pytest.raises(KeyError, match="name: expected one of"):
+        report["no_such_property"]
+    assert "partial(tiled_attention, ...)" in str(
+        check_attention(functools.partial(ac.tiled_attention, block_size=4)))
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    ({"fn": 3}, TypeError, "fn: expected a callable"),
+    ({"mask": "yes"}, TypeError, "mask: expected True or False"),
+    ({"batch_shape": [2]}, TypeError, "batch_shape: expected a tuple"),
+    ({"batch_shape": (0,)}, ValueError, "batch_shape: expected a positive integer"),
+    ({"backend": "jax"}, ValueError, "backend: expected 'numpy' or 'torch'"),
+    ({"atol": -1.0}, ValueError, "atol: expected a number >= 0"),
+    ({"seed": -1}, ValueError, "seed: expected a non-negative integer"),
+])
+def test_bad_arguments(kwargs, exc, words):
+    kwargs = {"fn": broken.correct, **kwargs}
+    with pytest.raises(exc, match=words):
+        check_attention(kwargs.pop("fn"), **kwargs)
+
+
+def test_seed_changes_the_inputs():
+    a = check_attention(broken.scale_by_d, seed=0)["matches_reference"]
+    b = check_attention(broken.scale_by_d, seed=5)["matches_reference"]
+    assert a.detail != b.detail and "seed 5" in b.input
