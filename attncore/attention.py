@@ -241,6 +241,8 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
     # falls back to its slower "math" kernel. So 2-D and 3-D inputs get leading axes of
     # size 1, and more than two batch axes are folded into two. (Not under vmap: the fused
     # kernel has no batching rule there, while the math kernel is plain matrix products.)
+    if allowed is not None and allowed.ndim < 2:           # PyTorch wants (n_q, n_k) at least
+        allowed = allowed.reshape((1,) * (2 - allowed.ndim) + tuple(allowed.shape))
     full_mask = allowed is not None and allowed.ndim == len(batch) + 2
     if vmapped:
         pass

@@ -306,7 +306,12 @@ def merge_heads(x: Any) -> Any:
     return x.reshape(*batch, n, h * d_head)
 
 
-def _linear(x: Any, w: Any, b: Any) -> Any:
+def _linear(x: Any, w: Any, b: Any, layer: Any = None) -> Any:
+    if layer is not None and not layer.certified and isinstance(x, np.ndarray):
+        # numbers this large may overflow: the layer checks for it and raises a clear
+        # error, so NumPy's warnings would only repeat it
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _linear(x, w, b)
     y = x @ w
     return y if b is None else y + b
 
@@ -419,9 +424,9 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     return_weights = check_flag("return_weights", return_weights)
     layer = _check_layer(params, x_q, x_kv, mask, causal)
     h = params.num_heads
-    q = split_heads(_linear(x_q, params.w_q, params.b_q), h)
-    k = split_heads(_linear(layer.x_kv, params.w_k, params.b_k), h)
-    v = split_heads(_linear(layer.x_kv, params.w_v, params.b_v), h)
+    q = split_heads(_linear(x_q, params.w_q, params.b_q, layer), h)
+    k = split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h)
+    v = split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h)
     if mask is not None and mask.ndim > 2:
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
     shape = AttentionShape(backend_of(q=q), layer.batch + (h,), layer.n_q, layer.n_k,
@@ -429,7 +434,7 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
                            layer.causal)
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
     heads, weights = result if return_weights else (result, None)
-    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o))
+    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
     return (out, weights) if return_weights else out
 
 
@@ -454,9 +459,9 @@ def multi_head_attention_loop(params: MultiHeadParams, x_q: Any, x_kv: Any = Non
         cols = slice(h * d, (h + 1) * d)
         b = {n: (None if getattr(params, n) is None else getattr(params, n)[cols])
              for n in ("b_q", "b_k", "b_v")}
-        q_h = _linear(x_q, params.w_q[:, cols], b["b_q"])
-        k_h = _linear(layer.x_kv, params.w_k[:, cols], b["b_k"])
-        v_h = _linear(layer.x_kv, params.w_v[:, cols], b["b_v"])
+        q_h = _linear(x_q, params.w_q[:, cols], b["b_q"], layer)
+        k_h = _linear(layer.x_kv, params.w_k[:, cols], b["b_k"], layer)
+        v_h = _linear(layer.x_kv, params.w_v[:, cols], b["b_v"], layer)
         guard = _heads_guard(layer, q_h, k_h, v_h, shape)
         heads.append(attend(q_h, k_h, v_h, mask, shape, False, guard))
     if isinstance(x_q, np.ndarray):
@@ -465,7 +470,7 @@ def multi_head_attention_loop(params: MultiHeadParams, x_q: Any, x_kv: Any = Non
         import torch
 
         concat = torch.cat(heads, dim=-1)
-    return _check_output(layer, _linear(concat, params.w_o, params.b_o))
+    return _check_output(layer, _linear(concat, params.w_o, params.b_o, layer))
 
 
 def params_from_torch(mha: Any) -> MultiHeadParams:

@@ -316,3 +316,106 @@ def test_overflowing_scores_raise():
     big = np.full((3, 2), 1e30, dtype=np.float32)
     with np.errstate(over="ignore"), pytest.raises(ValueError, match="scores"):
         tiled_attention(big, big, big, block_size=2)
+
+
+# --- autograd on torch: the gradients of the reference, with the forward's memory bound ------
+
+def _grads(fn, q, k, v, g):
+    leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(g)
+    return out.detach(), [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 8, 64])
+@pytest.mark.parametrize("case", ["plain", "causal", "mask", "mask+causal", "padding"])
+def test_gradients_equal_the_reference(block_size, case):
+    rng = np.random.default_rng(block_size)
+    q, k, v = to_torch(*qkv(rng, (2, 3), 11, 13, 5, 4))
+    g = torch.from_numpy(rng.standard_normal((2, 3, 11, 4)))
+    kw = {"causal": "causal" in case}
+    if case.startswith("mask"):
+        m = rng.random((2, 3, 11, 13)) > 0.4
+        m[0, 1, 4] = False                     # a query with no key: zero gradient
+        kw["mask"] = torch.from_numpy(m)
+    elif case == "padding":
+        kw["mask"] = torch.from_numpy(np.arange(13) < np.array([13, 6])[:, None])[:, None,
+                                                                                    None]
+    out, grads = _grads(lambda a, b, c: tiled_attention(a, b, c, block_size=block_size, **kw),
+                        q, k, v, g)
+    ref_out, ref_grads = _grads(lambda a, b, c: scaled_dot_product_attention(
+        a, b, c, return_weights=True, **kw)[0], q, k, v, g)
+    assert max_err(out, ref_out) < 1e-12
+    for name, got, expected in zip("qkv", grads, ref_grads):
+        assert max_err(got, expected) < 1e-12, name
+
+
+@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"scale": -0.6},
+                                {"mask": "random", "causal": True}])
+def test_gradcheck_float64(kw):
+    rng = np.random.default_rng(3)
+    q, k, v = (x.requires_grad_(True) for x in to_torch(*qkv(rng, (2,), 6, 7, 3, 2)))
+    kw = dict(kw)
+    if kw.get("mask") == "random":
+        m = rng.random((2, 6, 7)) > 0.5
+        m[1, 2] = False
+        kw["mask"] = torch.from_numpy(m)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: tiled_attention(a, b, c, block_size=3, **kw), (q, k, v))
+
+
+def test_gradient_reaches_only_the_inputs_that_ask():
+    q, k, v = (torch.randn(5, 3, dtype=torch.float64) for _ in range(3))
+    k.requires_grad_(True)
+    tiled_attention(q, k, v, block_size=2).sum().backward()
+    assert k.grad is not None and q.grad is None and v.grad is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_gradients(dtype):
+    rng = np.random.default_rng(5)
+    q, k, v = to_torch(*qkv(rng, (2,), 9, 9, 8, 4))
+    g = torch.from_numpy(rng.standard_normal((2, 9, 4)))
+    _, ref = _grads(lambda a, b, c: scaled_dot_product_attention(a, b, c, causal=True),
+                    q, k, v, g)
+    low = [x.to(dtype) for x in (q, k, v)]
+    _, got = _grads(lambda a, b, c: tiled_attention(a, b, c, block_size=4, causal=True),
+                    *low, g.to(dtype))
+    for a, b in zip(got, ref):
+        assert a.dtype == dtype and max_err(a.double(), b) < 5e-2
+
+
+def test_training_keeps_the_memory_bound():
+    from attncore.lab.torch_memory import torch_peak_memory_bytes
+
+    n, block, d = 1024, 32, 16
+    q, k, v = (torch.randn(n, d).requires_grad_(True) for _ in range(3))
+
+    def step(fn):
+        def run():
+            out = fn(q, k, v)
+            out.sum().backward()
+            for x in (q, k, v):
+                x.grad = None
+        return run
+
+    tiled = torch_peak_memory_bytes(step(lambda a, b, c: tiled_attention(
+        a, b, c, block_size=block)))
+    naive = torch_peak_memory_bytes(step(lambda a, b, c: scaled_dot_product_attention(
+        a, b, c, return_weights=True)[0]))
+    scores = n * n * 4
+    # The reference keeps (n, n) weights for its backward pass; tiled attention keeps the
+    # output and one statistic per row, and recomputes (n, block) blocks.
+    assert naive > scores
+    assert tiled < 6 * n * (block + d) * 4
+    assert tiled < scores / 4
+
+
+def test_forward_with_grad_keeps_the_memory_bound():
+    from attncore.lab.torch_memory import torch_peak_memory_bytes
+
+    n, block, d = 2048, 32, 16
+    q, k, v = (torch.randn(n, d).requires_grad_(True) for _ in range(3))
+    peak = torch_peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=block))
+    assert peak < 3 * n * (block + d) * 4
+    assert peak < n * n * 4 / 10
