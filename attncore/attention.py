@@ -12,6 +12,7 @@ fully masked rows.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -115,16 +116,30 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
     """The computation, after the checks: for callers that have checked the arguments
     themselves (:func:`attncore.multihead.multi_head_attention`)."""
     if shape.backend == NUMPY:
-        if not is_low_precision(q):
-            return _attention_numpy(q, k, v, mask, shape, return_weights, guard.v_factor)
-        result = _attention_numpy(*(x.astype(np.float32) for x in (q, k, v)), mask, shape,
-                                  return_weights, guard.v_factor)
+        # Scores within a few units of the largest float (checked finite by the guard) may
+        # still overflow in s - max to -inf, whose exponential is the right 0: no warning.
+        with np.errstate(over="ignore") if not guard.certified else nullcontext():
+            if not is_low_precision(q):
+                return _attention_numpy(q, k, v, mask, shape, return_weights,
+                                        guard.v_factor)
+            result = _attention_numpy(*(x.astype(np.float32) for x in (q, k, v)), mask,
+                                      shape, return_weights, guard.v_factor)
         if return_weights:
             return result[0].astype(q.dtype), result[1].astype(q.dtype)
         return result.astype(q.dtype)
-    if not return_weights and guard.certified:
+    # (PyTorch's fused CPU kernel returns NaN under is_causal=True for a scale <= 0, as
+    # if it scaled the masked -inf scores. A negative scale is passed to it as a positive
+    # one on -q, which is exact; a scale that is 0 in float32, uniform weights over the
+    # admissible keys, takes attncore's path.)
+    if not return_weights and guard.certified and abs(shape.scale) >= _TINY:
+        if shape.scale < 0:
+            return _attention_fused(-q, k, v, mask, shape._replace(scale=-shape.scale),
+                                    guard.vmapped)
         return _attention_fused(q, k, v, mask, shape, guard.vmapped)
     return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor)
+
+
+_TINY = float(np.finfo(np.float32).tiny)
 
 
 def causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:

@@ -28,6 +28,7 @@ training through it needs no ``(n_q, n_k)`` array either.
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -374,8 +375,11 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
         guard = attention_guard(qw, kw, vw, shape)
         if guard.v_factor is not None:
             vw = vw / guard.v_factor
-        state = _tiled_state(qw * np.asarray(shape.scale, dtype=qw.dtype),
-                             np.swapaxes(kw, -1, -2), vw, mask, shape, block_size)
+        # (as in the reference: s - max may overflow to -inf only when the guard had to
+        # check the scores one by one, and exp(-inf) = 0 is then the right weight)
+        with np.errstate(over="ignore") if not guard.certified else nullcontext():
+            state = _tiled_state(qw * np.asarray(shape.scale, dtype=qw.dtype),
+                                 np.swapaxes(kw, -1, -2), vw, mask, shape, block_size)
         out = _finalize(state)
         if guard.v_factor is not None:
             out *= guard.v_factor

@@ -519,3 +519,13 @@ def test_grad_transform_over_attention_keeps_the_checks():
     bad[0, 0] = float("nan")
     with pytest.raises(ValueError, match=r"q: expected finite values"):
         grad(lambda x: ac.scaled_dot_product_attention(x, x, x).sum())(bad)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.0, -1.0, 1e-51, -3.5])
+def test_non_positive_and_tiny_scales_with_causal(scale):
+    # PyTorch's fused kernel alone gives NaN here; attncore must not
+    q, k, v = qkv()
+    out = assert_same_everywhere(q, k, v, causal=True, scale=scale)
+    assert np.isfinite(out).all()
+    if abs(scale) < 1e-40:                        # uniform over keys 0..i
+        np.testing.assert_allclose(out[:, 2], v[:, :3].mean(axis=1), rtol=1e-12)
