@@ -114,7 +114,7 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
 def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weights: bool,
            guard: Guard) -> Any:
     """The computation, after the checks: for callers that have checked the arguments
-    themselves (:func:`attncore.multihead.multi_head_attention`)."""
+    themselves (:func:`~attncore.multi_head_attention`)."""
     if shape.backend == NUMPY:
         # Scores within a few units of the largest float (checked finite by the guard) may
         # still overflow in s - max to -inf, whose exponential is the right 0: no warning.

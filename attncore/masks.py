@@ -4,7 +4,7 @@ Sequences of different lengths are stacked into one ``(batch, n, d)`` array by a
 filler ("padding") positions to the shorter ones. Attention must not read the filler, so
 every query gets a boolean "may attend" mask over the keys: ``True`` for a real key,
 ``False`` for a padding key. This is the same convention as
-:func:`attncore.attention.scaled_dot_product_attention` and as a boolean ``attn_mask`` of
+:func:`~attncore.scaled_dot_product_attention` and as a boolean ``attn_mask`` of
 ``torch.nn.functional.scaled_dot_product_attention``; combine it with a causal mask by
 logical AND (or pass ``causal=True``).
 """

@@ -47,7 +47,23 @@ def _zeros(backend: str, shape: tuple[int, ...], like: Any) -> Any:
 def matmul_by_entries(a: Any, b: Any) -> Any:
     """``A @ B`` one entry at a time: ``C[i, j]`` is the dot product of row i of A and column j of B.
 
-    a : ``(m, p)``, b : ``(p, n)``, one floating dtype; returns ``(m, n)``.
+    Parameters
+    ----------
+    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
+    b : same library and dtype as ``a``, shape ``(p, n)``
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(m, n)``
+        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
+        the rounded sums.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries, non-floating or mismatched dtypes.
+    ValueError
+        A rank other than 2, or inner dimensions that differ.
     """
     backend = _check(a, b)
     m, n = a.shape[0], b.shape[1]
@@ -61,7 +77,23 @@ def matmul_by_entries(a: Any, b: Any) -> Any:
 def matmul_by_columns(a: Any, b: Any) -> Any:
     """``A @ B`` one column at a time: column j of C combines the columns of A with weights B[:, j].
 
-    a : ``(m, p)``, b : ``(p, n)``, one floating dtype; returns ``(m, n)``.
+    Parameters
+    ----------
+    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
+    b : same library and dtype as ``a``, shape ``(p, n)``
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(m, n)``
+        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
+        the rounded sums.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries, non-floating or mismatched dtypes.
+    ValueError
+        A rank other than 2, or inner dimensions that differ.
     """
     backend = _check(a, b)
     m, p = a.shape
@@ -77,7 +109,24 @@ def matmul_by_rows(a: Any, b: Any) -> Any:
     """``A @ B`` one row at a time: row i of C combines the rows of B with weights A[i, :].
 
     This is how attention reads ``A V``: output row i is the weight-averaged value rows.
-    a : ``(m, p)``, b : ``(p, n)``, one floating dtype; returns ``(m, n)``.
+
+    Parameters
+    ----------
+    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
+    b : same library and dtype as ``a``, shape ``(p, n)``
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(m, n)``
+        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
+        the rounded sums.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries, non-floating or mismatched dtypes.
+    ValueError
+        A rank other than 2, or inner dimensions that differ.
     """
     backend = _check(a, b)
     m, p = a.shape
@@ -94,7 +143,24 @@ def matmul_by_outer_products(a: Any, b: Any) -> Any:
 
     Each term needs only column t of A and row t of B, so the terms can be accumulated one
     block of t at a time: the idea behind tiled (flash) attention.
-    a : ``(m, p)``, b : ``(p, n)``, one floating dtype; returns ``(m, n)``.
+
+    Parameters
+    ----------
+    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
+    b : same library and dtype as ``a``, shape ``(p, n)``
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(m, n)``
+        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
+        the rounded sums.
+
+    Raises
+    ------
+    TypeError
+        Mixed libraries, non-floating or mismatched dtypes.
+    ValueError
+        A rank other than 2, or inner dimensions that differ.
     """
     backend = _check(a, b)
     m, p = a.shape
@@ -111,4 +177,5 @@ MATMUL_VIEWS = {
     "rows": matmul_by_rows,
     "outer products": matmul_by_outer_products,
 }
-"""The four views by name, for loops over all of them."""
+"""The four views by name (``"entries"``, ``"columns"``, ``"rows"``,
+``"outer products"``), for loops over all of them."""

@@ -64,12 +64,21 @@ class MultiHeadParams:
     ----------
     w_q : array, shape ``(d_model, d_model)``
         Projects the query-side input to the queries of all heads.
-    w_k, w_v : array, shape ``(d_kv, d_model)``
-        Project the key/value-side input (``d_kv = d_model`` for self-attention).
+    w_k : array, shape ``(d_kv, d_model)``
+        Projects the key/value-side input to the keys (``d_kv = d_model`` for
+        self-attention).
+    w_v : array, shape ``(d_kv, d_model)``
+        Projects the key/value-side input to the values.
     w_o : array, shape ``(d_model, d_model)``
         The output projection, applied to the concatenated heads.
-    b_q, b_k, b_v, b_o : array of shape ``(d_model,)``, or None
-        Biases.
+    b_q : array of shape ``(d_model,)``, or None
+        Bias of the queries.
+    b_k : array of shape ``(d_model,)``, or None
+        Bias of the keys.
+    b_v : array of shape ``(d_model,)``, or None
+        Bias of the values.
+    b_o : array of shape ``(d_model,)``, or None
+        Bias of the output.
     num_heads : int
         Must divide ``d_model``; each head has width ``d_head = d_model // num_heads``.
 
@@ -398,7 +407,7 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
         output) makes it cross-attention.
     mask : boolean array broadcastable to ``(..., n_q, n_k)``, optional
         The same mask for every head; True = may attend. As in
-        :func:`~attncore.attention.scaled_dot_product_attention`: at most 2 dimensions,
+        :func:`~attncore.scaled_dot_product_attention`: at most 2 dimensions,
         or one per axis of ``(..., n_q, n_k)``.
     causal : bool, default False
         Forbid attending to later positions (see ``scaled_dot_product_attention``).

@@ -22,9 +22,7 @@ small input something fails::
     >>> report.passed
     True
 
-The calling convention
-----------------------
-Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)`` or
+**The calling convention.** Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)`` or
 ``fn(q, k, v, causal=True)`` (a keyword is passed only when a property needs it), with
 
 * ``q`` of shape ``(*batch, n_q, d_k)``, ``k`` of shape ``(*batch, n_k, d_k)`` and ``v``
@@ -59,8 +57,8 @@ from ._backend import check_flag, check_size
 __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
 PROPERTIES = {
-    "output_shape": "returns (*batch, n_q, d_v) finite values (and weights of the scores' "
-                    "shape, if any)",
+    "output_shape": "returns finite values of shape (batch..., n_q, d_v) (and weights of "
+                    "the scores' shape, if any)",
     "inputs_unchanged": "leaves q, k, v and mask as they were",
     "rows_sum_to_one": "returned weights are >= 0, sum to 1 per query, are 0 where masked, "
                        "and out = weights @ v",
@@ -80,6 +78,10 @@ PROPERTIES = {
                          "NumPy reference when torch is not installed)",
 }
 """The properties :func:`check_attention` checks, by name, with what each one asserts."""
+
+if __doc__ is not None:                  # (python -OO strips docstrings)
+    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
+        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
 
 
 @dataclass(frozen=True)

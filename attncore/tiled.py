@@ -1,6 +1,6 @@
 """Tiled ("flash") attention: exact attention, one block of keys at a time, with an online softmax.
 
-The reference :func:`attncore.attention.scaled_dot_product_attention` builds the whole
+The reference :func:`~attncore.scaled_dot_product_attention` builds the whole
 ``(n_q, n_k)`` score matrix. For long sequences that matrix is the memory cost of attention
 (``n_q * n_k`` numbers per head). This module computes the *same* result while holding only
 ``(n_q, block_size)`` scores at a time.
@@ -307,7 +307,7 @@ def finalize_softmax_state(state: SoftmaxState) -> Any:
     numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
         Same library, device and dtype as ``state.out``. A row that saw no admissible key
         (``sum = 0``) is zeros, as
-        :func:`~attncore.attention.scaled_dot_product_attention` returns for fully masked
+        :func:`~attncore.scaled_dot_product_attention` returns for fully masked
         rows.
     """
     _check_state("state", state)
@@ -320,7 +320,7 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
                     causal: bool = False, scale: Any = None) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
 
-    Same inputs, checks and result as :func:`attncore.attention.scaled_dot_product_attention`
+    Same inputs, checks and result as :func:`~attncore.scaled_dot_product_attention`
     (without ``return_weights``: the point is never to form the weights).
 
     Parameters

@@ -2,7 +2,7 @@
 
 Nothing in attncore calls these. They exist so that a chapter can put the textbook formula
 next to the stable one and let the reader watch the textbook one overflow. For real work use
-:func:`attncore.softmax.softmax`.
+:func:`~attncore.softmax`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def naive_softmax(x: Any, axis: int = -1) -> Any:
     precision. ``exp`` overflows to ``inf`` once a logit exceeds the largest finite value's
     logarithm (about 88.7 in float32 and bfloat16, about 11.1 in float16, about 709.8 in
     float64), and ``inf / inf`` is NaN; when every logit of a slice is very negative, every
-    ``exp`` underflows to 0 and ``0 / 0`` is NaN. :func:`attncore.softmax.softmax` computes
+    ``exp`` underflows to 0 and ``0 / 0`` is NaN. :func:`~attncore.softmax` computes
     the same function, stably, by subtracting the maximum first.
 
     Parameters

@@ -311,7 +311,7 @@ class DotProductStatistics:
 
     @property
     def mean_z(self) -> float:
-        """(estimate - theory) / standard error for the mean; |z| < 4 is expected."""
+        """(estimate - theory) / standard error for the mean; ``|z| < 4`` is expected."""
         return (self.mean - self.theory.mean) / self.mean_se if self.mean_se > 0 else 0.0
 
     @property

@@ -56,16 +56,32 @@ _MHA_FIELDS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 class InductionConfig:
     """Everything that fixes a training run; the same config gives the same model.
 
-    vocab_size      number of distinct tokens; must be at least ``seq_len - min_repeat``
-                    (every token of a sequence is distinct except the repeated block)
-    seq_len         tokens per sequence, ``n``
-    min_repeat, max_repeat   length ``m`` of the repeated block, drawn uniformly in
-                    ``[min_repeat, max_repeat]``; ``2 * max_repeat <= seq_len``
-    d_model         width of the residual stream
-    num_heads       heads per attention layer (must divide ``d_model``)
-    num_layers      attention layers (2 are needed for induction)
-    batch_size, steps, lr    Adam on fresh batches, one batch per step
-    seed            seeds the initial weights and the data stream
+    Attributes
+    ----------
+    vocab_size : int
+        Number of distinct tokens; must be at least ``seq_len - min_repeat`` (every token
+        of a sequence is distinct except the repeated block).
+    seq_len : int
+        Tokens per sequence, ``n``.
+    min_repeat : int
+        Shortest length ``m`` of the repeated block (drawn uniformly in
+        ``[min_repeat, max_repeat]``).
+    max_repeat : int
+        Longest length of the repeated block; ``2 * max_repeat <= seq_len``.
+    d_model : int
+        Width of the residual stream.
+    num_heads : int
+        Heads per attention layer (must divide ``d_model``).
+    num_layers : int
+        Attention layers (2 are needed for induction).
+    batch_size : int
+        Sequences per batch; every step draws a fresh batch.
+    steps : int
+        Optimizer steps (Adam, one batch per step).
+    lr : float
+        Adam's learning rate.
+    seed : int
+        Seeds the initial weights and the data stream.
     """
 
     vocab_size: int = 24
@@ -267,7 +283,7 @@ def init_attention_only(config: InductionConfig) -> AttentionOnlyModel:
 
     Embeddings are ``N(0, 1)`` (so that each token and position starts as a unit-scale
     direction), the unembedding ``N(0, 1/d_model)``, the attention layers Xavier-uniform via
-    :func:`attncore.multihead.init_multihead` (biases zero). Every draw comes from NumPy's
+    :func:`~attncore.init_multihead` (biases zero). Every draw comes from NumPy's
     ``default_rng``, never from torch's generator.
     """
     import torch

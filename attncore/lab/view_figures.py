@@ -372,16 +372,23 @@ def draw_entry_view(a: Any, b: Any, i: int = 0, j: int = 0, *, labels: str = "au
                     names: Sequence[str] = ("A", "B", "C")):
     """Draw ``C[i, j] = A[i, :] . B[:, j]``: row i of A and column j of B make one entry of C.
 
-    a : ``(m, p)``, b : ``(p, n)``, real numeric (NumPy array or torch tensor).
-    i, j : 0-based row of A and column of B.
-    labels : ``"auto"`` (values if no side exceeds 8), ``"values"``, ``"symbols"``
-        (``a_{11}`` ...) or ``"none"``.
-    names : the names of the left factor, right factor and product, e.g. ``("Q", "Kᵀ", "S")``;
-        entries are written with the first letter lower-cased (``q_{12}``), or as
-        ``(K^\\top)_{12}`` for a name ending in ``ᵀ`` or ``^T``.
+    Parameters
+    ----------
+    a, b : NumPy array or torch tensor, shapes ``(m, p)`` and ``(p, n)``, real numeric
+    i, j : int
+        0-based row of A and column of B.
+    labels : {"auto", "values", "symbols", "none"}
+        ``"auto"``: values if no side exceeds 8; ``"symbols"``: ``a_{11}`` ...
+    names : sequence of three str
+        The names of the left factor, right factor and product, e.g.
+        ``("Q", "Kᵀ", "S")``; entries are written with the first letter lower-cased
+        (``q_{12}``), or as ``(K^\\top)_{12}`` for a name ending in ``ᵀ`` or ``^T``.
 
-    Returns the Figure, with three axes (A, B, C). In A and B, the pair of cells multiplied
-    for term t share colour t; the entry of C is grey with a black outline.
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Three axes (A, B, C). In A and B, the pair of cells multiplied for term t share
+        colour t; the entry of C is grey with a black outline.
     """
     return _view("entry", a, b, (i, j), labels=labels, names=names)
 

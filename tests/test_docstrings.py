@@ -1,0 +1,20 @@
+"""The examples in attncore's docstrings run and print what they say (the API reference
+page shows them)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.masks",
+           "attncore.matmul_views", "attncore.multihead", "attncore.softmax",
+           "attncore.testing", "attncore.tiled"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
