@@ -15,6 +15,11 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   online-softmax state it merges
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
+* ``_guard.py``        -- the promise about values every attention function keeps: finite
+  inputs and no overflow, decided once per call from three norms
+
+:mod:`attncore.testing` (``from attncore.testing import check_attention``) checks an
+attention function written by the reader against the course's properties.
 
 The instruments the chapters use for experiments, measurements and figures live apart, in
 :mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.

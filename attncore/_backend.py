@@ -317,6 +317,9 @@ def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: 
     input with the same message. Whether the values are finite, and whether the scores fit
     in the dtype, is checked by :func:`attncore._guard.attention_guard`.
     """
+    fast = _fast_path(q, k, v, mask, causal, scale)
+    if fast is not None:
+        return fast
     backend = backend_of(q=q, k=k, v=v, mask=mask)
     for name, x, layout in (("q", q, "(..., n_q, d_k)"), ("k", k, "(..., n_k, d_k)"),
                             ("v", v, "(..., n_k, d_v)")):
@@ -344,3 +347,32 @@ def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: 
     if scale is None:
         scale = 1.0 / math.sqrt(qs[-1])
     return AttentionShape(backend, batch, n_q, n_k, qs[-1], vs[-1], scale, causal)
+
+
+def _fast_path(q: Any, k: Any, v: Any, mask: Any, causal: Any,
+               scale: Any) -> AttentionShape | None:
+    """The common call (no mask, a bool flag, a float or default scale, matching inputs),
+    accepted in a few attribute lookups: these checks run on every call, and on small
+    inputs their cost is measurable. Anything else returns None and gets the full checks
+    above, which also say what is wrong."""
+    if mask is not None or not (causal is True or causal is False) or \
+            not (scale is None or (type(scale) is float and math.isfinite(scale))):
+        return None
+    if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:
+        if q.dtype.kind != "f":
+            return None
+        backend = NUMPY
+    elif is_torch_tensor(q) and is_torch_tensor(k) and is_torch_tensor(v):
+        if not q.dtype.is_floating_point or not q.device == k.device == v.device:
+            return None
+        backend = TORCH
+    else:
+        return None
+    if not (q.dtype == k.dtype == v.dtype and q.ndim >= 2 and q.ndim == k.ndim == v.ndim):
+        return None
+    qs, ks, vs = tuple(q.shape), tuple(k.shape), tuple(v.shape)
+    if not (qs[-1] == ks[-1] > 0 and ks[-2] == vs[-2] and qs[:-2] == ks[:-2] == vs[:-2]):
+        return None
+    if scale is None:
+        scale = 1.0 / math.sqrt(qs[-1])
+    return AttentionShape(backend, qs[:-2], qs[-2], ks[-2], qs[-1], vs[-1], scale, causal)

@@ -207,9 +207,11 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor):
         # n_q x d_v numbers instead of n_q x n_k. The triple (m, l, exp(S - m) V) is the
         # online-softmax state that tiled attention keeps per block of keys; here the one
         # block holds every key.
-        state = _state(scores, v, overwrite=True)
+        # Only a caller's mask can leave a row without keys (the causal one keeps key 0).
+        empty_rows = mask is not None
+        state = _state(scores, v, overwrite=True, empty_rows=empty_rows)
         del scores     # free the n_q x n_k array before the (small) division allocates
-        out = _finalize(state)
+        out = _finalize(state, in_place=True, empty_rows=empty_rows)
     if v_factor is not None:
         out *= v_factor
     return out
@@ -262,10 +264,10 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
     if vmapped:
         pass
     elif len(batch) < 2:
-        lead = (1,) * (2 - len(batch))
-        q, k, v = (x.reshape(lead + tuple(x.shape)) for x in (q, k, v))
+        lead = (1,) * (2 - len(batch))               # (adding axes of size 1 is a view)
+        q, k, v = q.view(*lead, *q.shape), k.view(*lead, *k.shape), v.view(*lead, *v.shape)
         if full_mask:
-            allowed = allowed.reshape(lead + tuple(allowed.shape))
+            allowed = allowed.view(*lead, *allowed.shape)
     elif len(batch) > 2:
         fold = (math.prod(batch[:-1]), batch[-1])
         q, k, v = (x.reshape(fold + tuple(x.shape[-2:])) for x in (q, k, v))
@@ -279,4 +281,6 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
         # PyTorch's kernels have disagreed on rows with no admissible key (NaN in some
         # versions and kernels, zeros in others); attncore's rule is zeros, so impose it.
         out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
-    return out.reshape(batch + (n_q, d_v))
+    if vmapped or len(batch) == 2:
+        return out
+    return out.view(*batch, n_q, d_v) if len(batch) < 2 else out.reshape(*batch, n_q, d_v)

@@ -114,15 +114,19 @@ def _any(x: Any) -> bool:
 
 # --- the online-softmax state: the arithmetic, unchecked (attncore's own callers) ---------
 
-def _state(scores: Any, v: Any, m: Any = None, overwrite: bool = False) -> SoftmaxState:
+def _state(scores: Any, v: Any, m: Any = None, overwrite: bool = False,
+           empty_rows: bool = True) -> SoftmaxState:
+    """``empty_rows=False`` promises that every row has a finite score (no mask, or only
+    the causal one, and no overflow), so the row maximum needs no guard against -inf."""
     xp = _xp(scores)
     if m is None:
         m = _row_max(scores)
+    shift = _finite_or_zero(m) if empty_rows else m
     if overwrite:
-        scores -= _finite_or_zero(m)
+        scores -= shift
         p = xp.exp(scores, out=scores)
     else:
-        p = xp.exp(scores - _finite_or_zero(m))
+        p = xp.exp(scores - shift)
     return SoftmaxState(m, _row_sum(p), p @ v)
 
 
@@ -143,7 +147,17 @@ def _merge(a: SoftmaxState, b: SoftmaxState, into_a: bool = False) -> SoftmaxSta
     return a
 
 
-def _finalize(state: SoftmaxState) -> Any:
+def _finalize(state: SoftmaxState, in_place: bool = False, empty_rows: bool = True) -> Any:
+    """``out / sum``, zeros where ``sum = 0``. ``in_place`` divides ``state.out`` itself
+    (attncore's own temporary state): a row with ``sum = 0`` saw only ``exp(-inf) = 0``
+    weights, so its ``out`` is zeros already and is left alone."""
+    if in_place:
+        if isinstance(state.out, np.ndarray):
+            if not empty_rows:                 # every sum is >= 1 (its largest term is 1)
+                return np.divide(state.out, state.sum, out=state.out)
+            return np.divide(state.out, state.sum, out=state.out, where=state.sum > 0)
+        torch = sys.modules["torch"]
+        return state.out.div_(torch.where(state.sum > 0, state.sum, 1.0))
     xp = _xp(state.out)
     nonempty = state.sum > 0
     denominator = xp.where(nonempty, state.sum, xp.ones_like(state.sum))
@@ -380,7 +394,7 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
         with np.errstate(over="ignore") if not guard.certified else nullcontext():
             state = _tiled_state(qw * np.asarray(shape.scale, dtype=qw.dtype),
                                  np.swapaxes(kw, -1, -2), vw, mask, shape, block_size)
-        out = _finalize(state)
+        out = _finalize(state, in_place=True)
         if guard.v_factor is not None:
             out *= guard.v_factor
         return out.astype(q.dtype, copy=False)
@@ -453,7 +467,7 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int)
     else:
         state = _tiled_state(qw * shape.scale, kw.transpose(-1, -2), vw, mask, shape,
                              block_size)
-        out = _finalize(state)
+        out = _finalize(state, in_place=True)
     if guard.v_factor is not None:
         out = out * guard.v_factor
     return out.to(q.dtype)
@@ -527,7 +541,8 @@ def _tiled_function() -> Any:
         def forward(q, k, v, mask, shape, block_size):
             state = _tiled_state(q * shape.scale, k.transpose(-1, -2), v, mask, shape,
                                  block_size)
-            return _finalize(state), _log_sum_exp(state)
+            lse = _log_sum_exp(state)          # before the division overwrites out
+            return _finalize(state, in_place=True), lse
 
         @staticmethod
         def setup_context(ctx, inputs, output):
