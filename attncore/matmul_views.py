@@ -36,17 +36,9 @@ def _check(a: Any, b: Any) -> str:
     return backend
 
 
-def _zeros(backend: str, shape: tuple[int, ...], like: Any) -> Any:
-    if backend == NUMPY:
-        return np.zeros(shape, dtype=like.dtype)
-    import torch
-
-    return torch.zeros(shape, dtype=like.dtype, device=like.device)
-
-
-def matmul_by_entries(a: Any, b: Any) -> Any:
-    """``A @ B`` one entry at a time: ``C[i, j]`` is the dot product of row i of A and column j of B.
-
+# The four functions share their arguments, result and errors; the decorator below adds
+# those sections to each docstring.
+_SHARED_SECTIONS = """
     Parameters
     ----------
     a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
@@ -64,7 +56,26 @@ def matmul_by_entries(a: Any, b: Any) -> Any:
         Mixed libraries, non-floating or mismatched dtypes.
     ValueError
         A rank other than 2, or inner dimensions that differ.
-    """
+"""
+
+
+def _shared_sections(fn):
+    if fn.__doc__ is not None:                   # (python -OO strips docstrings)
+        fn.__doc__ = fn.__doc__.rstrip() + "\n" + _SHARED_SECTIONS
+    return fn
+
+
+def _zeros(backend: str, shape: tuple[int, ...], like: Any) -> Any:
+    if backend == NUMPY:
+        return np.zeros(shape, dtype=like.dtype)
+    import torch
+
+    return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+
+@_shared_sections
+def matmul_by_entries(a: Any, b: Any) -> Any:
+    """``A @ B`` one entry at a time: ``C[i, j]`` is the dot product of row i of A and column j of B."""
     backend = _check(a, b)
     m, n = a.shape[0], b.shape[1]
     c = _zeros(backend, (m, n), a)
@@ -74,27 +85,9 @@ def matmul_by_entries(a: Any, b: Any) -> Any:
     return c
 
 
+@_shared_sections
 def matmul_by_columns(a: Any, b: Any) -> Any:
-    """``A @ B`` one column at a time: column j of C combines the columns of A with weights B[:, j].
-
-    Parameters
-    ----------
-    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
-    b : same library and dtype as ``a``, shape ``(p, n)``
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor, shape ``(m, n)``
-        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
-        the rounded sums.
-
-    Raises
-    ------
-    TypeError
-        Mixed libraries, non-floating or mismatched dtypes.
-    ValueError
-        A rank other than 2, or inner dimensions that differ.
-    """
+    """``A @ B`` one column at a time: column j of C combines the columns of A with weights B[:, j]."""
     backend = _check(a, b)
     m, p = a.shape
     n = b.shape[1]
@@ -105,29 +98,11 @@ def matmul_by_columns(a: Any, b: Any) -> Any:
     return c
 
 
+@_shared_sections
 def matmul_by_rows(a: Any, b: Any) -> Any:
     """``A @ B`` one row at a time: row i of C combines the rows of B with weights A[i, :].
 
-    This is how attention reads ``A V``: output row i is the weight-averaged value rows.
-
-    Parameters
-    ----------
-    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
-    b : same library and dtype as ``a``, shape ``(p, n)``
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor, shape ``(m, n)``
-        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
-        the rounded sums.
-
-    Raises
-    ------
-    TypeError
-        Mixed libraries, non-floating or mismatched dtypes.
-    ValueError
-        A rank other than 2, or inner dimensions that differ.
-    """
+    This is how attention reads ``A V``: output row i is the weight-averaged value rows."""
     backend = _check(a, b)
     m, p = a.shape
     n = b.shape[1]
@@ -138,30 +113,12 @@ def matmul_by_rows(a: Any, b: Any) -> Any:
     return c
 
 
+@_shared_sections
 def matmul_by_outer_products(a: Any, b: Any) -> Any:
     """``A @ B`` as a sum of p rank-one matrices: ``sum_t outer(A[:, t], B[t, :])``.
 
     Each term needs only column t of A and row t of B, so the terms can be accumulated one
-    block of t at a time: the idea behind tiled (flash) attention.
-
-    Parameters
-    ----------
-    a : numpy.ndarray or torch.Tensor, shape ``(m, p)``, floating
-    b : same library and dtype as ``a``, shape ``(p, n)``
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor, shape ``(m, n)``
-        Same library, dtype and device as ``a``; equal to ``a @ b`` up to the order of
-        the rounded sums.
-
-    Raises
-    ------
-    TypeError
-        Mixed libraries, non-floating or mismatched dtypes.
-    ValueError
-        A rank other than 2, or inner dimensions that differ.
-    """
+    block of t at a time: the idea behind tiled (flash) attention."""
     backend = _check(a, b)
     m, p = a.shape
     n = b.shape[1]

@@ -459,12 +459,16 @@ class _Runner:
             raise _Failure(f"permuting keys and values together by {pk.tolist()} changed "
                            f"output {self.first_bad(ok)}", self.describe(q, k, v, m))
 
-    def no_future_leakage(self):
+    def causal_run(self, offset, n=6):
+        """``(q, k, v, out)`` of one causal call on ``n`` tokens (skipped without causal)."""
         if not self.has_causal:
             raise _Skip("fn takes no causal keyword (causal=False)")
-        n = 6
-        q, k, v = self.qkv(n, n, offset=10)
-        out, _ = self.call(q, k, v, causal=True)
+        q, k, v = self.qkv(n, n, offset=offset)
+        return q, k, v, self.call(q, k, v, causal=True)[0]
+
+    def no_future_leakage(self):
+        q, k, v, out = self.causal_run(10)
+        n = q.shape[-2]
         rng = np.random.default_rng([self.seed, 11])
         for t in range(1, n):
             k2, v2 = k.copy(), v.copy()
@@ -479,12 +483,8 @@ class _Runner:
                                self.describe(q, k, v, causal=True))
 
     def causal_prefix(self):
-        if not self.has_causal:
-            raise _Skip("fn takes no causal keyword (causal=False)")
-        n = 6
-        q, k, v = self.qkv(n, n, offset=12)
-        out, _ = self.call(q, k, v, causal=True)
-        for i in range(n):
+        q, k, v, out = self.causal_run(12)
+        for i in range(q.shape[-2]):
             alone, _ = self.call(q[..., i:i + 1, :], k[..., :i + 1, :], v[..., :i + 1, :])
             ok = self.close(out[..., i:i + 1, :], alone)
             if not ok.all():
