@@ -92,7 +92,7 @@ def run(path, lib, q, k, v, mask, causal, scale, block):
     return ac.tiled_attention(*args, block_size=block, **kw), None
 
 
-@settings(max_examples=150)
+@settings(max_examples=300)
 @given(attention_problem())
 def test_every_path_equals_the_oracle(problem):
     lib, q, k, v, mask, causal, scale, block = problem
@@ -131,7 +131,7 @@ def outcome(fn):
         return type(err).__name__, str(err)
 
 
-@settings(max_examples=80)
+@settings(max_examples=150)
 @given(attention_problem(), st.sampled_from(["q", "k", "v"]),
        st.sampled_from([None, np.nan, np.inf, -np.inf, "huge"]), st.data())
 def test_every_path_gives_the_same_outcome(problem, where, bad, data):
