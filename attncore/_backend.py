@@ -99,6 +99,8 @@ def under_vmap(*tensors: Any) -> bool:
     if torch is None:
         return False
     functorch = torch._C._functorch
+    if functorch.peek_interpreter_stack() is None:     # no transform running: the usual case
+        return False
     for x in tensors:
         while isinstance(x, torch.Tensor) and functorch.is_functorch_wrapped_tensor(x):
             if functorch.is_batchedtensor(x):
