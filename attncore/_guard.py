@@ -96,11 +96,12 @@ def norms(*arrays: Any) -> list[float]:
     return torch.stack(found).tolist()       # one wait for the device instead of several
 
 
-def overflow_error(x: Any, inputs: str = "q, k or scale") -> ValueError:
+def overflow_error(x: Any, inputs: str = "q, k or scale",
+                   scores: str = "scale * q @ k^T") -> ValueError:
     dtype = work_dtype_name(x)
     where = dtype if dtype == dtype_name(x) else \
         f"{dtype}, the precision attncore computes {dtype_name(x)} scores in"
-    return ValueError(f"scores: expected finite scores scale * q @ k^T, got +-infinity "
+    return ValueError(f"scores: expected finite scores {scores}, got +-infinity "
                       f"(the product overflowed dtype {where}); use a wider dtype or "
                       f"smaller {inputs}")
 
@@ -128,12 +129,13 @@ VMAPPED = Guard(True, None, True)
 
 def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
                     names: tuple[str, str, str] = ("q", "k", "v"),
-                    inputs: str = "q, k or scale") -> Guard:
+                    inputs: str = "q, k or scale",
+                    scores: str = "scale * q @ k^T") -> Guard:
     """Check attention's inputs for non-finite values and its scores for overflow.
 
     ``names`` are the caller's names for ``q, k, v``; ``inputs`` what to make smaller
-    after an overflow. Returns a :class:`Guard`; raises ``ValueError`` as described in
-    the module docstring.
+    after an overflow, ``scores`` how the scores are made from them. Returns a
+    :class:`Guard`; raises ``ValueError`` as described in the module docstring.
     """
     if shape.backend != "numpy" and under_vmap(q, k, v):
         return VMAPPED
@@ -151,7 +153,7 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     if bad is not None:
         raise non_finite_error(bad, arrays[bad])
     if not qk_ok and not scores_are_finite(q, k, shape.scale):
-        raise overflow_error(q, inputs)
+        raise overflow_error(q, inputs, scores)
     return Guard(False, None if v_ok else _column_powers_of_two(v))
 
 

@@ -378,7 +378,9 @@ def _heads_guard(layer: _Layer, q: Any, k: Any, v: Any, shape: AttentionShape) -
         raise ValueError(f"x_q, x_kv, params: expected projections that fit in dtype "
                          f"{dtype_name(q)}, got an overflow in {side}; use a wider dtype "
                          f"or smaller inputs or weights")
-    return attention_guard(q, k, v, shape, inputs="x_q, x_kv or params")
+    return attention_guard(q, k, v, shape, inputs="x_q, x_kv or params", scores=(
+        "(x_q @ params.w_q + params.b_q) @ (x_kv @ params.w_k + params.b_k)^T / "
+        "sqrt(d_head), per head"))
 
 
 def _check_output(layer: _Layer, out: Any) -> Any:

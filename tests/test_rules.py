@@ -312,8 +312,12 @@ def _layer_cases():
         "NaN in x_q": ((p, nan_x), ValueError, "x_q: expected finite values"),
         "NaN in x_kv": ((p, x, nan_x), ValueError, "x_kv: expected finite values"),
         "inf in a weight": ((nan_w, x), ValueError, "params.w_k: expected finite values"),
-        "overflow": ((big, x), ValueError, "scores: expected finite scores scale * q @ k^T, "
-                                           "got +-infinity"),
+        "overflow": ((big, x), ValueError, "scores: expected finite scores (x_q @ params.w_q "
+                                           "+ params.b_q) @ (x_kv @ params.w_k + "
+                                           "params.b_k)^T / sqrt(d_head), per head, got "
+                                           "+-infinity (the product overflowed dtype "
+                                           "float64); use a wider dtype or smaller x_q, "
+                                           "x_kv or params"),
     }
 
 
