@@ -18,8 +18,8 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``_guard.py``        -- the promise about values every attention function keeps: finite
   inputs and no overflow, decided once per call from three norms
 
-:mod:`attncore.testing` (``from attncore.testing import check_attention``) checks an
-attention function written by the reader against the course's properties.
+:mod:`attncore.testing` (``ac.testing.check_attention``) checks an attention function
+written by the reader against the course's properties.
 
 The instruments the chapters use for experiments, measurements and figures live apart, in
 :mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.
@@ -45,6 +45,7 @@ from .multihead import (
 )
 from .masks import padding_mask
 from .softmax import softmax
+from . import testing  # noqa: F401  (ac.testing.check_attention, like numpy.testing)
 from .tiled import (
     SoftmaxState,
     finalize_softmax_state,
