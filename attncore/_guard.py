@@ -137,15 +137,27 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     after an overflow, ``scores`` how the scores are made from them. Returns a
     :class:`Guard`; raises ``ValueError`` as described in the module docstring.
     """
-    if shape.backend != "numpy" and under_vmap(q, k, v):
-        return VMAPPED
-    a, b, c = norms(q, k, v)
+    if shape.backend != "numpy":
+        torch = sys.modules["torch"]
+        if torch._C._functorch.peek_interpreter_stack() is not None and \
+                under_vmap(q, k, v):
+            return VMAPPED
+        if q.is_cpu and q.dtype.itemsize > 2 and not (q.requires_grad or k.requires_grad
+                                                      or v.requires_grad):
+            # the usual call, spelled out: this runs on every call, and on small inputs
+            # every Python step of it shows in the time
+            norm = torch.linalg.vector_norm
+            a, b, c = float(norm(q)), float(norm(k)), float(norm(v))
+        else:
+            a, b, c = norms(q, k, v)
+    else:
+        a, b, c = norms(q, k, v)
     limit = _limit(q)
     s = abs(shape.scale)
-    big = max(1.0, s)
-    qk_ok = (math.isfinite(a) and math.isfinite(b) and big * a <= limit and big * b <= limit
-             and s * a * b <= limit)
-    v_ok = math.isfinite(c) and math.sqrt(max(shape.n_k, 1)) * c <= limit
+    big = s if s > 1.0 else 1.0
+    # (a comparison with NaN or inf is False, so non-finite norms fail these too)
+    qk_ok = big * a <= limit and big * b <= limit and s * a * b <= limit
+    v_ok = c * math.sqrt(shape.n_k) <= limit
     if qk_ok and v_ok:
         return PASSED
     arrays = dict(zip(names, (q, k, v)))

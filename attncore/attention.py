@@ -264,10 +264,12 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
     if vmapped:
         pass
     elif len(batch) < 2:
-        lead = (1,) * (2 - len(batch))               # (adding axes of size 1 is a view)
-        q, k, v = q.view(*lead, *q.shape), k.view(*lead, *k.shape), v.view(*lead, *v.shape)
+        b = batch[0] if batch else 1                 # (adding axes of size 1 is a view)
+        d_k = shape.d_k
+        q, k, v = q.view(1, b, n_q, d_k), k.view(1, b, n_k, d_k), v.view(1, b, n_k, d_v)
         if full_mask:
-            allowed = allowed.view(*lead, *allowed.shape)
+            allowed = allowed.view(1, *allowed.shape) if batch else \
+                allowed.view(1, 1, *allowed.shape)
     elif len(batch) > 2:
         fold = (math.prod(batch[:-1]), batch[-1])
         q, k, v = (x.reshape(fold + tuple(x.shape[-2:])) for x in (q, k, v))
