@@ -144,18 +144,23 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
             return VMAPPED
         if q.is_cpu and q.dtype.itemsize > 2 and not (q.requires_grad or k.requires_grad
                                                       or v.requires_grad):
-            # the usual call, spelled out: this runs on every call, and on small inputs
-            # every Python step of it shows in the time
-            norm = torch.linalg.vector_norm
-            a, b, c = float(norm(q)), float(norm(k)), float(norm(v))
+            # The usual call, spelled out: this runs on every call, and on small inputs
+            # every Python step of it shows in the time. A dot product is the cheapest
+            # sum of squares torch has (twice as fast as vector_norm on large inputs).
+            dot = torch.dot
+            qf, kf, vf = q.reshape(-1), k.reshape(-1), v.reshape(-1)
+            sqrt = math.sqrt
+            a, b, c = (sqrt(float(dot(qf, qf))), sqrt(float(dot(kf, kf))),
+                       sqrt(float(dot(vf, vf))))
         else:
             a, b, c = norms(q, k, v)
     else:
         a, b, c = norms(q, k, v)
+    # The bounds of the module docstring. (A comparison with NaN or inf is False, so
+    # non-finite norms fail them too.)
     limit = _limit(q)
     s = abs(shape.scale)
     big = s if s > 1.0 else 1.0
-    # (a comparison with NaN or inf is False, so non-finite norms fail these too)
     qk_ok = big * a <= limit and big * b <= limit and s * a * b <= limit
     v_ok = c * math.sqrt(shape.n_k) <= limit
     if qk_ok and v_ok:
