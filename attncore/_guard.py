@@ -143,12 +143,13 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
                 under_vmap(q, k, v):
             return VMAPPED
         if q.is_cpu and q.dtype.itemsize > 2 and not (q.requires_grad or k.requires_grad
-                                                      or v.requires_grad):
+                                                      or v.requires_grad) \
+                and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
             # The usual call, spelled out: this runs on every call, and on small inputs
             # every Python step of it shows in the time. A dot product is the cheapest
             # sum of squares torch has (twice as fast as vector_norm on large inputs).
             dot = torch.dot
-            qf, kf, vf = q.reshape(-1), k.reshape(-1), v.reshape(-1)
+            qf, kf, vf = q.view(-1), k.view(-1), v.view(-1)
             sqrt = math.sqrt
             a, b, c = (sqrt(float(dot(qf, qf))), sqrt(float(dot(kf, kf))),
                        sqrt(float(dot(vf, vf))))
