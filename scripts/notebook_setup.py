@@ -92,8 +92,8 @@ def _find_key(lines: list[str], section: str, key: str) -> int:
 def setup_source(repository: str) -> str:
     """The set-up cell's code, installing attncore from ``repository`` ("" for none)."""
     needed = ", ".join(json.dumps(m) for m in NEEDED)
-    return TEMPLATE.format(marker=MARKER, repository=json.dumps(repository), torch_index=TORCH_CPU_INDEX,
-                           needed=needed)
+    return TEMPLATE.format(marker=MARKER, repository=json.dumps(repository),
+                           torch_index=TORCH_CPU_INDEX, needed=needed)
 
 
 def _lines(source: str) -> list[str]:

@@ -114,3 +114,69 @@ def test_the_chapters_have_math_to_check(site):
     # Guards the test above against passing vacuously (e.g. if math stopped being emitted).
     for stem in ("chapters/00_how_to_use", "chapters/02_why_sqrt_dk", "appendix/proofs"):
         assert re.search(r'class="[^"]*\bmath\b', (site / f"{stem}.html").read_text()), stem
+
+
+# --- the site speaks to readers, and its buttons lead somewhere ---------------------------------
+
+def _notebook_setup():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import notebook_setup
+
+    return notebook_setup
+
+
+# Paths of the machine that built the site, and words about how it was produced.
+LOCAL_PATH = re.compile(r"(?<![\w.])(/work|/home|/tmp|/root)\b|\.venv\b")
+PRODUCTION = re.compile(r"\b(lent|this task|sessions?)\b", re.I)
+
+
+def test_the_visible_text_speaks_to_readers(site):
+    found = []
+    for page in pages(site):
+        text = " ".join(visible_text(page.read_text()).split())
+        for pattern in (LOCAL_PATH, PRODUCTION):
+            for m in pattern.finditer(text):
+                context = text[max(0, m.start() - 60):m.end() + 40]
+                found.append(f"{page.relative_to(site)}: ...{context}...")
+    assert not found, "text for the builders, not the readers:\n" + "\n".join(found)
+
+
+def test_visible_text_check_catches_what_it_should():
+    # Guards the test above against passing vacuously.
+    for bad in ("python executable: /work/main/.venv/bin/python", "see /home/me/x",
+                "run .venv/bin/jupyter lab", "no GPU was lent to this task", "this session"):
+        assert LOCAL_PATH.search(bad) or PRODUCTION.search(bad), bad
+    for fine in ("https://example.org/home/page", "the square root", "excellent, silent",
+                 "./scripts/lab opens JupyterLab"):
+        assert not LOCAL_PATH.search(fine) and not PRODUCTION.search(fine), fine
+
+
+def test_no_placeholder_repository_and_no_dead_buttons(site):
+    ns = _notebook_setup()
+    url = ns.configured_repository()
+    assert "attncore/attention-course" not in url
+    chapter = (site / "chapters" / "00_how_to_use.html").read_text()
+    for page in pages(site):
+        assert "attncore/attention-course" not in page.read_text(), page.relative_to(site)
+    buttons = ("dropdown-launch-buttons", "btn-source-repository-button",
+               "btn-source-issues-button", "mybinder.org", "colab.research.google.com")
+    if not url:
+        # No repository named (a local build): no button that would lead nowhere.
+        for page in pages(site):
+            shown = [b for b in buttons if b in page.read_text()]
+            assert not shown, f"{page.relative_to(site)} shows {shown} with no repository named"
+    else:
+        owner_repo = "/".join(url.rstrip("/").split("/")[-2:])
+        for b in buttons:
+            assert b in chapter, f"the chapter pages lack {b} although {url} is named"
+        assert f'href="{url}"' in chapter
+        assert f"mybinder.org/v2/gh/{owner_repo}/" in chapter
+        assert f"colab.research.google.com/github/{owner_repo}/blob/" in chapter
+    # The notebooks a reader downloads from the site install attncore from the named repository.
+    downloads = sorted((site / "_sources" / "chapters").glob("*.ipynb"))
+    assert downloads, "the site offers no notebook to download"
+    for nb in downloads:
+        named = re.findall(r'REPOSITORY = \\"(.*?)\\"', nb.read_text())
+        assert named == [url], f"{nb.name} names {named}, _config.yml names {url!r}"
