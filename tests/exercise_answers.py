@@ -20,4 +20,11 @@ class Answers:
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # chapter 1, what attention computes
+    "ex-what-attention-output-row": Answers(
+        right={"my_weights": "(0.032, 0.087, 0.237, 0.644)", "my_output": "1.493"},
+        wrong={"my_weights": "(0.25, 0.25, 0.25, 0.25)", "my_output": "0.5"}),
+    "ex-what-attention-shapes": Answers(
+        right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
+        wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
 }
