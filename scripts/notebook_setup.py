@@ -39,30 +39,32 @@ NEEDED = ("attncore", "matplotlib", "myst_nb")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 TEMPLATE = '''\
-{marker} (on Colab, or in a
-# downloaded copy); where everything is installed already, it does nothing.
+{marker} (on Colab,
+# or in a downloaded copy); where everything is installed, it does nothing.
 import importlib.util, os, subprocess, sys
 
-# The course's Git repository, from which attncore is installed ("" if none is named).
+# The course's Git repository, where attncore comes from ("" if none is named).
 REPOSITORY = {repository}
-SOURCE = os.environ.get("ATTNCORE_SOURCE") or REPOSITORY and f"git+{{REPOSITORY}}"
+# To install from elsewhere, set ATTNCORE_SOURCE to a pip URL (file:///...).
+SOURCE = os.environ.get("ATTNCORE_SOURCE", REPOSITORY and f"git+{{REPOSITORY}}")
 
 def missing(*modules):
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 def pip_install(*args):
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=True)
-    importlib.invalidate_caches()  # so that this kernel finds what was just installed
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args],
+                   check=True)
+    importlib.invalidate_caches()  # so that this kernel finds what it installed
 
-if missing("torch"):  # the CPU build: PyPI's default torch for Linux carries CUDA
+if missing("torch"):  # the CPU build: PyPI's torch for Linux carries CUDA
     pip_install("torch", "--index-url", "{torch_index}")
 needed = missing({needed})
 if needed and not SOURCE:
     raise ModuleNotFoundError(
-        f"not installed: {{', '.join(needed)}}. This copy of the notebook names no "
-        "repository to install the course from: in a clone of the course's repository "
-        "run  pip install '.[notebooks]'  (or set ATTNCORE_SOURCE to a pip URL of it, "
-        "git+https://...), then run this cell again.")
+        f"not installed: {{', '.join(needed)}}. This copy of the notebook names "
+        "no repository to install the course from: in a clone of the course's "
+        "repository run  pip install '.[notebooks]'  (or set ATTNCORE_SOURCE "
+        "to a pip URL of it, git+https://...), then run this cell again.")
 if needed:
     pip_install(f"attncore[notebooks] @ {{SOURCE}}")'''
 

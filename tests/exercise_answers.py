@@ -1,0 +1,41 @@
+"""Right and wrong answers for every self-checked exercise, for tests/test_exercises.py.
+
+The notebooks store every answer as ``None`` (the website shows no answer outside the collapsed
+solutions); these answers live with the tests, not in the package or the book. Each entry maps
+the answer variables of the exercise's cell to Python source: an expression, which replaces
+``None`` in ``name = None``, or a whole statement block (a ``def``, say) that replaces that line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Answers:
+    right: dict[str, str]
+    wrong: dict[str, str]
+
+
+ANSWERS: dict[str, Answers] = {
+    "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
+                                   wrong={"my_shape": "(6, 8)"}),
+    # chapter 1, what attention computes
+    "ex-what-attention-output-row": Answers(
+        right={"my_weights": "(0.032, 0.087, 0.237, 0.644)", "my_output": "1.493"},
+        wrong={"my_weights": "(0.25, 0.25, 0.25, 0.25)", "my_output": "0.5"}),
+    "ex-what-attention-shapes": Answers(
+        right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
+        wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
+    # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
+    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "512"},
+                                    wrong={"my_threshold_d_k": "256"}),
+    "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
+                                   wrong={"my_gap": "4.6"}),
+    "ex-sqrt-dk-general-moments": Answers(
+        right={"my_mean": "-32", "my_var": "384", "my_second_moment": "1408"},
+        wrong={"my_var": "256"}),        # var(q_i) var(k_i) alone, without the mean terms
+    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
+                                    wrong={"my_scaled_score_var": "1.0"}),
+    # --- end of chapter 2 -----------------------------------------------------------------
+}
