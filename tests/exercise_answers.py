@@ -20,4 +20,16 @@ class Answers:
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
+    "ex-matmul-views-row-weights": Answers(
+        right={"w": "[-1.0, 3.0, 1.0]"},
+        wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
+    "ex-matmul-views-flops": Answers(
+        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
+               "n_equal": "768"},
+        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+    "ex-matmul-views-causal": Answers(
+        right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
+        wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
+    # --- end of chapters 3 and 4 ---
 }
