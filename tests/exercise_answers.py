@@ -38,4 +38,24 @@ ANSWERS: dict[str, Answers] = {
     "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
                                     wrong={"my_scaled_score_var": "1.0"}),
     # --- end of chapter 2 -----------------------------------------------------------------
+    # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
+    "ex-matmul-views-row-weights": Answers(
+        right={"w": "[-1.0, 3.0, 1.0]"},
+        wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
+    "ex-matmul-views-flops": Answers(
+        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
+               "n_equal": "768"},
+        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+    "ex-matmul-views-causal": Answers(
+        right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
+        wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
+    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
+                               wrong={"my_y3": "1.6"}),
+    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
+                                wrong={"my_N": "2048"}),
+    "ex-sdpa-prefer-other": Answers(
+        right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
+               "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
+        wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+    # --- end of chapters 3 and 4 ---
 }

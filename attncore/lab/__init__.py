@@ -6,6 +6,8 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``scaling.py``       -- why scores are scaled by 1/sqrt(d_k): moments, Monte Carlo, saturation,
   gradients, the softmax Jacobian
 * ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
+* ``examples.py``      -- the worked examples several chapters share (one seed each), e.g. the
+  five-word sentence of chapters 3 and 4
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
 * ``plotting.py``      -- attention heatmaps
