@@ -35,7 +35,7 @@ MARKER = "# Set-up: installs what this notebook needs where it is missing"
 CELL_ID = "course-setup"
 TAGS = ["hide-input"]
 # Import names checked by the cell; pyproject.toml's `notebooks` extra installs them.
-NEEDED = ("attncore", "matplotlib", "myst_nb")
+NEEDED = ("attncore", "matplotlib", "myst_nb", "threadpoolctl")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 TEMPLATE = '''\
