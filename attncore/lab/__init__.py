@@ -8,6 +8,8 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``naive.py``         -- :func:`naive_softmax`, the textbook formula that overflows (for teaching)
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
+* ``order_task.py``    -- a task that needs order (the token k places back) and a one-layer
+  model told positions in four ways: none, learned, sinusoidal, RoPE
 * ``plotting.py``      -- attention heatmaps
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
 * ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
