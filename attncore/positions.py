@@ -14,7 +14,8 @@ Attention alone cannot see order: self-attention without positions is permutatio
   row at position ``m`` are split into ``d/2`` pairs and pair ``i`` is rotated by the angle
   ``m * w_i``, with the same frequencies ``w_i``.
 
-Both use :func:`position_frequencies` for ``w_i``.
+Both use :func:`position_frequencies` for ``w_i``. :func:`rope_multi_head_attention` is a
+multi-head self-attention layer with RoPE in its place: after the projections, in every head.
 
 RoPE's pairing convention
 -------------------------
@@ -49,6 +50,7 @@ import numpy as np
 from ._backend import (
     NUMPY,
     backend_of,
+    check_same_dtype,
     check_all_finite,
     check_floating,
     check_min_rank,
@@ -57,8 +59,10 @@ from ._backend import (
     is_floating,
     shape_of,
 )
+from .attention import scaled_dot_product_attention
+from .multihead import _linear, merge_heads, split_heads
 
-__all__ = ["position_frequencies", "rope", "sinusoidal_positions"]
+__all__ = ["position_frequencies", "rope", "rope_multi_head_attention", "sinusoidal_positions"]
 
 
 def _check_count(name: str, value: Any, *, even: bool = False) -> int:
@@ -251,3 +255,54 @@ def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
+                              base: float = 10000.0, mask: Any = None, causal: bool = False,
+                              return_weights: bool = False) -> Any:
+    """Multi-head self-attention with rotary position embeddings, as in LLaMA-style models.
+
+    The layer of :func:`attncore.multi_head_attention` with one step added: after the
+    projections and the split into heads, the queries and the keys of every head (width
+    ``d_head``, which must be even) are rotated by :func:`rope`; the values are not::
+
+        q, k, v = split_heads(x W_Q + b_Q), split_heads(x W_K + b_K), split_heads(x W_V + b_V)
+        out     = merge_heads(Attention(rope(q), rope(k), v)) W_O + b_O
+
+    Parameters
+    ----------
+    params : :class:`attncore.MultiHeadParams` for self-attention (``d_kv = d_model``)
+    x : array ``(..., n, d_model)``, the same library, device and dtype as ``params``
+    positions : see :func:`rope`: ``(n,)``, or per sequence ``(..., 1, n)`` (the head axis
+        sits before ``n`` inside the layer); default ``0 .. n - 1``
+    base, mask, causal, return_weights : as in :func:`rope` and
+        :func:`attncore.multi_head_attention`
+
+    Returns
+    -------
+    out : array ``(..., n, d_model)``; with ``return_weights`` also the weights
+    ``(..., num_heads, n, n)``.
+    """
+    backend_of(params=params.w_q, x=x, positions=positions, mask=mask)
+    check_min_rank("x", x, 2, "(..., n, d_model)")
+    check_same_dtype(params=params.w_q, x=x)
+    if shape_of(x)[-1] != params.d_model or params.d_kv != params.d_model:
+        raise ValueError(f"x: expected last axis d_model={params.d_model} of a "
+                         f"self-attention layer, got shape {shape_of(x)} (layer d_kv="
+                         f"{params.d_kv})")
+    if params.d_head % 2:
+        raise ValueError(f"params: expected an even head width d_head for RoPE, got "
+                         f"d_head={params.d_head} (d_model={params.d_model}, "
+                         f"num_heads={params.num_heads})")
+    h = params.num_heads
+    q = split_heads(_linear(x, params.w_q, params.b_q), h)
+    k = split_heads(_linear(x, params.w_k, params.b_k), h)
+    v = split_heads(_linear(x, params.w_v, params.b_v), h)
+    q, k = rope(q, positions, base=base), rope(k, positions, base=base)
+    if mask is not None and mask.ndim >= 2:
+        mask = mask[..., None, :, :]          # one mask for all heads
+    result = scaled_dot_product_attention(q, k, v, mask=mask, causal=causal,
+                                          return_weights=return_weights)
+    heads, weights = result if return_weights else (result, None)
+    out = _linear(merge_heads(heads), params.w_o, params.b_o)
+    return (out, weights) if return_weights else out

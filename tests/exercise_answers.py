@@ -20,4 +20,22 @@ class Answers:
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # chapter 6, positions (attncore/lab/exercises/positions.py)
+    "ex-positions-offset-matrix": Answers(
+        right={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]\n"
+            "    return t")},
+        wrong={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
+            "    return t")}),
+    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 4 ** (128 / 126)"},
+                                    wrong={"my_base": "40000"}),
 }

@@ -11,7 +11,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attncore import position_frequencies, rope, sinusoidal_positions
+from attncore import (
+    position_frequencies,
+    rope,
+    rope_multi_head_attention,
+    sinusoidal_positions,
+)
 from conftest import TOL, to_backend, to_numpy
 
 RNG = np.random.default_rng(1234)
@@ -289,3 +294,56 @@ def test_rope_refuses_mixed_libraries():
         rope(torch.zeros(3, 4), np.arange(3))
     with pytest.raises(TypeError, match="x: expected a numpy.ndarray or a torch.Tensor"):
         rope([[0.0, 1.0]])
+
+
+# --- rope_multi_head_attention: the layer with RoPE in its place ----------------------------
+
+
+def _layer(backend, dtype, d_model=12, num_heads=2, **kwargs):
+    import attncore as ac
+
+    if backend == "numpy":
+        return ac.init_multihead(d_model, num_heads, seed=5, dtype=dtype, **kwargs)
+    device = "cuda" if backend == "torch-cuda" else "cpu"
+    return ac.init_multihead(d_model, num_heads, seed=5, backend="torch", device=device,
+                             dtype=getattr(torch, np.dtype(dtype).name), **kwargs)
+
+
+def test_rope_layer_is_projection_rotation_attention(backend, dtype):
+    import attncore as ac
+
+    params = _layer(backend, dtype)
+    x = to_backend(RNG.standard_normal((2, 5, 12)).astype(dtype), backend)
+    q = ac.split_heads(x @ params.w_q + params.b_q, 2)
+    k = ac.split_heads(x @ params.w_k + params.b_k, 2)
+    v = ac.split_heads(x @ params.w_v + params.b_v, 2)
+    z = ac.scaled_dot_product_attention(ac.rope(q), ac.rope(k), v, causal=True)
+    want = to_numpy(ac.merge_heads(z) @ params.w_o + params.b_o).astype(np.float64)
+    out, weights = rope_multi_head_attention(params, x, causal=True, return_weights=True)
+    assert close(out, want, dtype, scale=10)
+    assert tuple(weights.shape) == (2, 2, 5, 5)
+
+
+def test_rope_layer_ignores_a_common_shift_of_positions(backend, dtype):
+    params = _layer(backend, dtype)
+    x = to_backend(RNG.standard_normal((3, 6, 12)).astype(dtype), backend)
+    pos = np.arange(6)
+    a = rope_multi_head_attention(params, x, to_backend(pos, backend))
+    b = rope_multi_head_attention(params, x, to_backend(pos + 40, backend))
+    assert close(b, to_numpy(a).astype(np.float64), dtype, scale=100)
+    # per-sequence positions (batch, 1, n): sequence 1 shifted, the same outputs
+    per_seq = to_backend(np.stack([pos, pos + 7, pos + 100])[:, None, :], backend)
+    assert close(rope_multi_head_attention(params, x, per_seq),
+                 to_numpy(a).astype(np.float64), dtype, scale=100)
+
+
+def test_rope_layer_rejects_odd_heads_and_cross_attention_weights(backend):
+    params = _layer(backend, np.float64, d_model=6, num_heads=2)      # d_head = 3
+    x = to_backend(np.zeros((4, 6)), backend)
+    with pytest.raises(ValueError, match="even head width d_head for RoPE, got d_head=3"):
+        rope_multi_head_attention(params, x)
+    cross = _layer(backend, np.float64, d_kv=8)
+    with pytest.raises(ValueError, match="x: expected last axis d_model=12"):
+        rope_multi_head_attention(cross, to_backend(np.zeros((4, 12)), backend))
+    with pytest.raises(ValueError, match="x: expected last axis d_model=12"):
+        rope_multi_head_attention(_layer(backend, np.float64), x)

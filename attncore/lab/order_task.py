@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from .._backend import shape_of
-from ..attention import scaled_dot_product_attention
-from ..multihead import MultiHeadParams, init_multihead, merge_heads, split_heads
-from ..positions import rope, sinusoidal_positions
+from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
+from ..positions import rope_multi_head_attention, sinusoidal_positions
 from .training import IGNORE_INDEX, _loss, _one_thread
 
 __all__ = ["POSITIONS", "LookbackConfig", "OrderModel", "init_order_model", "lookback_batch",
@@ -206,19 +205,11 @@ class OrderModel:
         elif c.positions == "sinusoidal":
             h = h + sinusoidal_positions(n, c.d_model, base=c.base, like=h)
         for layer in self.layers:
-            h = h + self._attend(layer, h)
+            if c.positions == "rope":
+                h = h + rope_multi_head_attention(layer, h, base=c.base, causal=c.causal)
+            else:
+                h = h + multi_head_attention(layer, h, causal=c.causal)
         return h @ self.unembed
-
-    def _attend(self, layer: MultiHeadParams, h: Any) -> Any:
-        heads = layer.num_heads
-        q = split_heads(h @ layer.w_q + layer.b_q, heads)
-        k = split_heads(h @ layer.w_k + layer.b_k, heads)
-        v = split_heads(h @ layer.w_v + layer.b_v, heads)
-        if self.config.positions == "rope":
-            # each head rotates its own (n, d_head) queries and keys; values stay as they are
-            q, k = rope(q, base=self.config.base), rope(k, base=self.config.base)
-        out = scaled_dot_product_attention(q, k, v, causal=self.config.causal)
-        return merge_heads(out) @ layer.w_o + layer.b_o
 
 
 def init_order_model(config: LookbackConfig) -> OrderModel:
