@@ -60,21 +60,18 @@ from ._backend import (
     shape_of,
 )
 from .attention import scaled_dot_product_attention
+from .masks import _check_size
 from .multihead import _linear, merge_heads, split_heads
 
 __all__ = ["position_frequencies", "rope", "rope_multi_head_attention", "sinusoidal_positions"]
 
 
 def _check_count(name: str, value: Any, *, even: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected a positive integer, got {value!r} "
-                        f"({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value}")
+    value = _check_size(name, value)
     if even and value % 2:
         raise ValueError(f"{name}: expected an even number (features rotate in pairs "
                          f"of sines and cosines), got {name}={value}")
-    return int(value)
+    return value
 
 
 def _check_base(base: Any) -> float:

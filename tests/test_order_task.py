@@ -57,7 +57,8 @@ def test_lookback_batch_rejects_bad_arguments(kwargs, error, words):
     (dict(lag=12), ValueError, "lag: expected 1 <= lag < seq_len=12"),
     (dict(num_heads=5), ValueError, "num_heads: expected a divisor of d_model=32"),
     (dict(positions="rope", d_model=6, num_heads=2), ValueError, "even head width"),
-    (dict(positions="sinusoidal", d_model=5, num_heads=1), ValueError, "d_model: expected an even"),
+    (dict(positions="sinusoidal", d_model=5, num_heads=1), ValueError,
+     "d_model: expected an even"),
     (dict(lr=0.0), ValueError, "lr: expected a finite positive number"),
     (dict(steps=-1), ValueError, "steps: expected a non-negative integer"),
 ])

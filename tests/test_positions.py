@@ -255,7 +255,8 @@ def test_rope_matches_hugging_face_llama(llama, backend, dtype, base):
 @pytest.mark.parametrize("make, error, words", [
     (lambda b: (to_backend(np.zeros((3, 5)), b), None), ValueError,
      r"x: expected an even last axis d .*d=5"),
-    (lambda b: (to_backend(np.zeros(4), b), None), ValueError, r"x: expected shape \(\.\.\., n, d\)"),
+    (lambda b: (to_backend(np.zeros(4), b), None), ValueError,
+     r"x: expected shape \(\.\.\., n, d\)"),
     (lambda b: (to_backend(np.zeros((3, 4), dtype=np.int64), b), None), TypeError,
      "x: expected a floating dtype"),
     (lambda b: (to_backend(np.array([[0.0, np.nan]]), b), None), ValueError,

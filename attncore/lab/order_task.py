@@ -35,20 +35,22 @@ import numpy as np
 from .._backend import shape_of
 from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 from ..positions import rope_multi_head_attention, sinusoidal_positions
-from .training import IGNORE_INDEX, _loss, _one_thread
+# the look-back model trains like the induction model: the same checks, loss and one-thread
+# context (attncore.lab.training)
+from .training import (
+    _MHA_FIELDS,
+    IGNORE_INDEX,
+    _check_nonnegative_int,
+    _check_positive_int,
+    _loss,
+    _one_thread,
+)
 
 __all__ = ["POSITIONS", "LookbackConfig", "OrderModel", "init_order_model", "lookback_batch",
            "train_lookback"]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope")
 """The ways :class:`OrderModel` can be told positions."""
-
-_MHA_FIELDS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
 
 
 def _check_task(seq_len: int, vocab_size: int, lag: int) -> None:
@@ -99,12 +101,8 @@ class LookbackConfig:
         for name in ("vocab_size", "seq_len", "lag", "d_model", "num_heads", "num_layers",
                      "batch_size"):
             _check_positive_int(name, getattr(self, name))
-        if not isinstance(self.steps, (int, np.integer)) or isinstance(self.steps, bool) \
-                or self.steps < 0:
-            raise ValueError(f"steps: expected a non-negative integer, got {self.steps!r}")
-        if not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool) \
-                or self.seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+        _check_nonnegative_int("steps", self.steps)
+        _check_nonnegative_int("seed", self.seed)
         _check_task(self.seq_len, self.vocab_size, self.lag)
         if self.d_model % self.num_heads:
             raise ValueError(f"num_heads: expected a divisor of d_model={self.d_model}, "
