@@ -20,6 +20,44 @@ class Answers:
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # chapter 1, what attention computes
+    "ex-what-attention-output-row": Answers(
+        right={"my_weights": "(0.032, 0.087, 0.237, 0.644)", "my_output": "1.493"},
+        wrong={"my_weights": "(0.25, 0.25, 0.25, 0.25)", "my_output": "0.5"}),
+    "ex-what-attention-shapes": Answers(
+        right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
+        wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
+    # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
+    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "512"},
+                                    wrong={"my_threshold_d_k": "256"}),
+    "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
+                                   wrong={"my_gap": "4.6"}),
+    "ex-sqrt-dk-general-moments": Answers(
+        right={"my_mean": "-32", "my_var": "384", "my_second_moment": "1408"},
+        wrong={"my_var": "256"}),        # var(q_i) var(k_i) alone, without the mean terms
+    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
+                                    wrong={"my_scaled_score_var": "1.0"}),
+    # --- end of chapter 2 -----------------------------------------------------------------
+    # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
+    "ex-matmul-views-row-weights": Answers(
+        right={"w": "[-1.0, 3.0, 1.0]"},
+        wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
+    "ex-matmul-views-flops": Answers(
+        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
+               "n_equal": "768"},
+        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+    "ex-matmul-views-causal": Answers(
+        right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
+        wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
+    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
+                               wrong={"my_y3": "1.6"}),
+    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
+                                wrong={"my_N": "2048"}),
+    "ex-sdpa-prefer-other": Answers(
+        right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
+               "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
+        wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+    # --- end of chapters 3 and 4 ---
     # chapter 6, positions (attncore/lab/exercises/positions.py)
     "ex-positions-offset-matrix": Answers(
         right={"offset_matrix": (

@@ -171,3 +171,23 @@ def test_the_chapters_have_math_to_check(site):
     # Guards the test above against passing vacuously (e.g. if math stopped being emitted).
     for stem in ("chapters/00_how_to_use", "chapters/02_why_sqrt_dk", "appendix/proofs"):
         assert re.search(r'class="[^"]*\bmath\b', (site / f"{stem}.html").read_text()), stem
+
+
+def test_bibliography_labels_read_like_the_citations(site):
+    # A reader who follows "Vaswani et al., 2017" finds an entry labelled the same way.
+    bib = (site / "bibliography.html").read_text()
+    labels = dict(re.findall(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">'
+                             r'<span class="fn-bracket">\[</span>([^<]+)<', bib))
+    assert labels, "no labelled entries in the bibliography"
+    checked = 0
+    for page in pages(site):
+        for target, text in re.findall(r'href="(?:\.\./)?bibliography\.html#([^"]+)"[^>]*>'
+                                       r'(.*?)</a>', page.read_text()):
+            # (whitespace normalised: names such as "van de Geijn" use no-break spaces)
+            text = " ".join(re.sub(r"<[^>]+>", "", html.unescape(text)).split())
+            label = " ".join(labels.get(target, "").split())
+            # A textual citation, "Vaswani et al. [2017]", links only its year.
+            assert text == label or label.endswith(f", {text}"), \
+                f"{page.name}: citation {text!r} links to the entry labelled {labels.get(target)!r}"
+            checked += 1
+    assert checked >= 10
