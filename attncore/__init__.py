@@ -14,6 +14,9 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
   online-softmax state it merges
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
+  :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
+  the order of the tokens
 * ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
 
 The instruments the chapters use for experiments, measurements and figures live apart, in
@@ -40,6 +43,12 @@ from .multihead import (
 )
 from .masks import padding_mask
 from .softmax import softmax
+from .positions import (
+    position_frequencies,
+    rope,
+    rope_multi_head_attention,
+    sinusoidal_positions,
+)
 from .tiled import (
     SoftmaxState,
     finalize_softmax_state,
@@ -73,4 +82,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "softmax",
     "split_heads",
+    "position_frequencies",
+    "rope",
+    "rope_multi_head_attention",
+    "sinusoidal_positions",
 ]

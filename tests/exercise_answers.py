@@ -58,4 +58,22 @@ ANSWERS: dict[str, Answers] = {
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
         wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
     # --- end of chapters 3 and 4 ---
+    # chapter 6, positions (attncore/lab/exercises/positions.py)
+    "ex-positions-offset-matrix": Answers(
+        right={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]\n"
+            "    return t")},
+        wrong={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
+            "    return t")}),
+    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 4 ** (128 / 126)"},
+                                    wrong={"my_base": "40000"}),
 }
