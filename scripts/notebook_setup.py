@@ -117,14 +117,18 @@ def with_setup_cell(nb: dict, repository: str) -> dict:
     old = [c for c in cells if is_setup_cell(c)]
     cells = [c for c in cells if not is_setup_cell(c)]
     first_code = next((i for i, c in enumerate(cells) if c["cell_type"] == "code"), len(cells))
+    metadata = {"tags": list(TAGS)}
     if old:
         count = old[0].get("execution_count")
+        # What Jupyter records about the last run (nbconvert's "execution" timings) is not
+        # part of the cell's content: a refreshed notebook stays current.
+        metadata = {**old[0].get("metadata", {}), **metadata}
     else:
         count = cells[first_code].get("execution_count") if first_code < len(cells) else None
     ids = {c.get("id") for c in cells}
     cell = {"cell_type": "code", "execution_count": count,
             "id": CELL_ID if CELL_ID not in ids else f"{CELL_ID}-1",
-            "metadata": {"tags": list(TAGS)}, "outputs": [],
+            "metadata": metadata, "outputs": [],
             "source": _lines(setup_source(repository))}
     if nb.get("nbformat_minor", 0) < 5:
         del cell["id"]
