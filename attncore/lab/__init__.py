@@ -9,6 +9,7 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
 * ``plotting.py``      -- attention heatmaps
+* ``diagrams.py``      -- block diagrams of scaled dot-product and multi-head attention
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
 * ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
 
