@@ -20,4 +20,16 @@ class Answers:
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # --- chapter 7, tiled (flash) attention (07_tiled_attention.ipynb) -----------------------
+    "ex-tiled-merge": Answers(
+        right={"m_merged": "3.0", "l_merged": "1.5 * math.exp(-1) + 1.2",
+               "o_merged": "[3 * math.exp(-1), 2.4]",
+               "z": "np.array([3 * math.exp(-1), 2.4]) / (1.5 * math.exp(-1) + 1.2)"},
+        # the classic bug: the output not rescaled by alpha when the maximum grows
+        wrong={"o_merged": "[3.0, 2.4]"}),
+    "ex-tiled-budget": Answers(right={"n_answer": "92_617"},
+                               wrong={"n_answer": "92_618"}),      # one token too many
+    "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
+                                   wrong={"my_stall": "65504"}),   # overflow, not the stall
+    # --- end of chapter 7 -----------------------------------------------------------------
 }
