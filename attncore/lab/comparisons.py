@@ -40,3 +40,65 @@ def naive_vs_tiled(n: int, *, block_size: int = 128, d_k: int = D_K, repeats: in
         t = side_by_side({"naive": naive, "tiled": tiled}, repeats=repeats)
         result.update(naive_s=t["naive"], tiled_s=t["tiled"], time_ratio=t["tiled"] / t["naive"])
     return result
+
+
+def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = (1, 4, 16, 64),
+                    *, rounds: int = 9, dtype: Any = None) -> list[dict[str, float]]:
+    """Time of all heads' score products ``Q_h K_h^T`` against one head as wide as the model.
+
+    ``d_model / w`` heads of width ``w`` do exactly the flops of one head of width
+    ``d_model`` (``2 n^2 d_model``), but each product has inner dimension ``w`` and writes its
+    own ``n x n`` scores: the narrower the heads, the fewer flops per number written. For each
+    ``w`` in ``widths`` (each must divide ``d_model``) this times ``q @ k^T`` on torch tensors
+    ``(d_model / w, n, w)``, written into a preallocated ``(d_model / w, n, n)`` output,
+    against the same call with one head of width ``d_model``, on one CPU thread, in ``rounds`` rounds (at least 9) whose order rotates; each round gives the
+    ratio of the two times.
+
+    Returns one dict per width: ``width``, ``heads``, ``ratio`` (median of the per-round
+    ratios ``time(w) / time(d_model)``), ``ratio_q1`` and ``ratio_q3`` (their quartiles), and
+    ``throughput`` = ``1 / ratio``: the fraction of the wide product's flop rate that the
+    narrow heads reach.
+    """
+    import statistics
+    import time
+
+    import torch
+
+    if rounds < 9:
+        raise ValueError(f"rounds: expected at least 9 rotated rounds, got {rounds}")
+    for w in widths:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1 or d_model % w:
+            raise ValueError(f"widths: expected positive divisors of d_model={d_model}, "
+                             f"got {w!r}")
+    dtype = torch.float32 if dtype is None else dtype
+    gen = torch.Generator().manual_seed(0)
+
+    def product(w: int):
+        q = torch.randn(d_model // w, n, w, generator=gen, dtype=dtype)
+        k_t = torch.randn(d_model // w, w, n, generator=gen, dtype=dtype)
+        # a preallocated output: the product is timed, not the page faults of a fresh buffer
+        scores = torch.empty(d_model // w, n, n, dtype=dtype)
+        return lambda: torch.matmul(q, k_t, out=scores)
+
+    fns = {w: product(w) for w in (*widths, d_model)}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)      # the kernel's own efficiency, not the threads' balance
+    try:
+        for fn in fns.values():
+            fn()                  # warm-up: first touch of the output's pages, caches
+        times: dict[int, list[float]] = {w: [] for w in fns}
+        order = list(fns)
+        for r in range(rounds):
+            for w in order[r % len(order):] + order[:r % len(order)]:
+                start = time.perf_counter()
+                fns[w]()
+                times[w].append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    out = []
+    for w in widths:
+        ratios = [a / b for a, b in zip(times[w], times[d_model])]
+        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        out.append({"width": w, "heads": d_model // w, "ratio": median, "ratio_q1": q1,
+                    "ratio_q3": q3, "throughput": 1.0 / median})
+    return out
