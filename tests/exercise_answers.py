@@ -17,6 +17,15 @@ class Answers:
     wrong: dict[str, str]
 
 
+# Chapter 5's head swap, up to its last argument (the right answer adds the rows of W_O).
+_SWAP_HEADS = ("def swap_heads(p):\n"
+               "    from dataclasses import replace\n"
+               "    d = p.d_head\n"
+               "    order = np.r_[d:2 * d, 0:d]\n"
+               "    return replace(p, w_q=p.w_q[:, order], w_k=p.w_k[:, order],\n"
+               "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
+               "                   b_v=p.b_v[order]")
+
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
@@ -33,23 +42,9 @@ ANSWERS: dict[str, Answers] = {
         wrong={"ex2_attn_mask": "np.tril(np.ones((5, 5), bool)) "
                                 "& np.triu(np.ones((5, 5), bool), -2)"}),
     "ex-mha-swap": Answers(
-        right={"swap_heads": (
-            "def swap_heads(p):\n"
-            "    from dataclasses import replace\n"
-            "    d = p.d_head\n"
-            "    order = np.r_[d:2 * d, 0:d]\n"
-            "    return replace(p, w_q=p.w_q[:, order], w_k=p.w_k[:, order],\n"
-            "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
-            "                   b_v=p.b_v[order], w_o=p.w_o[order, :])")},
+        right={"swap_heads": _SWAP_HEADS + ",\n                   w_o=p.w_o[order, :])"},
         # the heads' projections move but what they write (the rows of W_O) does not
-        wrong={"swap_heads": (
-            "def swap_heads(p):\n"
-            "    from dataclasses import replace\n"
-            "    d = p.d_head\n"
-            "    order = np.r_[d:2 * d, 0:d]\n"
-            "    return replace(p, w_q=p.w_q[:, order], w_k=p.w_k[:, order],\n"
-            "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
-            "                   b_v=p.b_v[order])")}),
+        wrong={"swap_heads": _SWAP_HEADS + ")"}),
     # --- end of chapter 5 -----------------------------------------------------------------
     # --- chapter 7, tiled (flash) attention (07_tiled_attention.ipynb) -----------------------
     "ex-tiled-merge": Answers(

@@ -51,8 +51,9 @@ def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = 
     own ``n x n`` scores: the narrower the heads, the fewer flops per number written. For each
     ``w`` in ``widths`` (each must divide ``d_model``) this times ``q @ k^T`` on torch tensors
     ``(d_model / w, n, w)``, written into a preallocated ``(d_model / w, n, n)`` output,
-    against the same call with one head of width ``d_model``, on one CPU thread, in ``rounds`` rounds (at least 9) whose order rotates; each round gives the
-    ratio of the two times.
+    against the same call with one head of width ``d_model``, on one CPU thread, in
+    ``rounds`` rounds (at least 9) whose order rotates; each round gives the ratio of the
+    two times.
 
     Returns one dict per width: ``width``, ``heads``, ``ratio`` (median of the per-round
     ratios ``time(w) / time(d_model)``), ``ratio_q1`` and ``ratio_q3`` (their quartiles), and

@@ -36,6 +36,12 @@ def _integer(name: str, value) -> int:
     return int(value)
 
 
+def _parts(**parts: bool) -> tuple[str, ...]:
+    """One line per part of a several-part answer: ``name: right`` or ``name: not yet``."""
+    return tuple(f"{name.replace('_', ' ')}: {'right' if ok else 'not yet'}"
+                 for name, ok in parts.items())
+
+
 def matmul_flops(n: int, d_model: int, num_heads: int) -> int:
     """2 m n p for every matrix product of one layer on one sequence of n tokens."""
     d_k = d_model // num_heads
@@ -58,8 +64,7 @@ def count(parameters, flops) -> Verdict:
     want_params = init_multihead(COUNT_D_MODEL, COUNT_HEADS).num_parameters()
     want_flops = matmul_flops(COUNT_N, COUNT_D_MODEL, COUNT_HEADS)
     ok_p, ok_f = parameters == want_params, flops == want_flops
-    details = (f"parameters: {'right' if ok_p else 'not yet'}",
-               f"FLOPs: {'right' if ok_f else 'not yet'}")
+    details = _parts(parameters=ok_p, FLOPs=ok_f)
     if ok_p and ok_f:
         return Verdict(True, "Neither number contains H.", details)
     hints = []
@@ -113,8 +118,7 @@ def window(window_answer, attn_mask) -> Verdict:
     attn_mask = _as_bool_matrix("ex2_attn_mask", attn_mask)
     ok_window = np.array_equal(window_answer, window_mask())
     agree = ok_window and _layers_agree(window_answer, attn_mask)
-    details = (f"attncore mask: {'right' if ok_window else 'not yet'}",
-               f"nn.MultiheadAttention mask: {'right' if agree else 'not yet'}")
+    details = _parts(attncore_mask=ok_window, torch_attn_mask=agree)
     if ok_window and agree:
         return Verdict(True, "The two layers agree: one mask says where attention may go, "
                              "the other where it may not.", details)
@@ -154,9 +158,8 @@ def swap(swap_heads) -> Verdict:
     out_s, weights_s = multi_head_attention(swapped, x, return_weights=True)
     same_output = float(np.abs(out_s - out).max()) < 1e-12
     heads_swapped = float(np.abs(weights_s[:, ::-1] - weights).max()) < 1e-12
-    details = (f"output unchanged: {'yes' if same_output else 'no'}",
-               f"attention weights come out in swapped order: "
-               f"{'yes' if heads_swapped else 'no'}")
+    details = _parts(output_unchanged=same_output,
+                     weights_in_swapped_order=heads_swapped)
     if same_output and heads_swapped:
         return Verdict(True, "Head h owns column block h of W_Q, W_K, W_V (and those bias "
                              "entries) and row block h of W_O.", details)
