@@ -1,4 +1,4 @@
-"""Tests for attncore.lab.training: the induction data, the attention-only model, training, probes."""
+"""attncore.lab.training: the induction data, the attention-only model, training, probes."""
 
 from __future__ import annotations
 
