@@ -2,7 +2,7 @@
 
 import pytest
 
-from attncore.lab.comparisons import head_width_cost
+from attncore.lab.comparisons import head_width_cost, naive_vs_tiled
 
 
 def test_head_width_cost_reports_every_width_with_its_spread():
@@ -23,3 +23,16 @@ def test_head_width_cost_reports_every_width_with_its_spread():
 def test_head_width_cost_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         head_width_cost(n=8, d_model=16, **kwargs)
+
+
+def test_naive_vs_tiled_on_one_blas_thread_restores_the_threads():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+              if i["user_api"] == "blas"]
+    r = naive_vs_tiled(64, block_size=16, repeats=5, blas_threads=1)
+    assert {"naive_s", "tiled_s", "time_ratio"} <= set(r) and r["time_ratio"] > 0
+    after = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+             if i["user_api"] == "blas"]
+    assert after == before
+    with pytest.raises(ValueError, match="blas_threads"):
+        naive_vs_tiled(64, block_size=16, blas_threads=0)

@@ -6,6 +6,7 @@ figure and the benchmark's table come from the same code.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -24,11 +25,15 @@ def random_qkv(shape: tuple[int, ...], dtype: Any = np.float32, seed: int = 0):
 
 
 def naive_vs_tiled(n: int, *, block_size: int = 128, d_k: int = D_K, repeats: int = 5,
-                   dtype: Any = np.float32, measure_time: bool = True) -> dict[str, float]:
+                   dtype: Any = np.float32, measure_time: bool = True,
+                   blas_threads: int | None = None) -> dict[str, float]:
     """Peak memory and time of the reference against :func:`tiled_attention`, one head.
 
     ``q, k, v`` have shape ``(n, d_k)``. Memory is the peak of one call under tracemalloc,
     inputs excluded, output included. With ``measure_time=False`` only memory is measured.
+    ``blas_threads`` (e.g. 1) limits the BLAS behind NumPy's products to that many threads
+    while timing (threadpoolctl), so that on a busy machine threads waiting for each other do
+    not decide the ratio; the default leaves BLAS as it is.
     """
     q, k, v = random_qkv((n, d_k), dtype)
     naive = lambda: scaled_dot_product_attention(q, k, v)           # noqa: E731
@@ -37,7 +42,18 @@ def naive_vs_tiled(n: int, *, block_size: int = 128, d_k: int = D_K, repeats: in
               "tiled_bytes": peak_memory_bytes(tiled)}
     result["memory_ratio"] = result["tiled_bytes"] / result["naive_bytes"]
     if measure_time:
-        t = side_by_side({"naive": naive, "tiled": tiled}, repeats=repeats)
+        if blas_threads is None:
+            limit = contextlib.nullcontext()
+        else:
+            if isinstance(blas_threads, bool) or not isinstance(blas_threads, int) \
+                    or blas_threads < 1:
+                raise ValueError(f"blas_threads: expected a positive integer or None, "
+                                 f"got {blas_threads!r}")
+            from threadpoolctl import threadpool_limits
+
+            limit = threadpool_limits(limits=blas_threads, user_api="blas")
+        with limit:
+            t = side_by_side({"naive": naive, "tiled": tiled}, repeats=repeats)
         result.update(naive_s=t["naive"], tiled_s=t["tiled"], time_ratio=t["tiled"] / t["naive"])
     return result
 
