@@ -114,4 +114,15 @@ ANSWERS: dict[str, Answers] = {
     "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
                                    wrong={"my_stall": "65504"}),   # overflow, not the stall
     # --- end of chapter 7 -----------------------------------------------------------------
+    # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
+    "ex-inside-layer-parameters": Answers(
+        right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
+                                      " + 2 * 2 * 384"},
+        wrong={"my_layer_parameters": "4 * 384 * 384 + 4 * 384"}),
+    "ex-inside-mean-pool": Answers(
+        right={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
+                               "    w = mask[..., None].astype(hidden.dtype)\n"
+                               "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
+        wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
+                               "    return hidden.mean(axis=1)"}),
 }
