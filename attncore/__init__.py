@@ -21,6 +21,9 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 
 The instruments the chapters use for experiments, measurements and figures live apart, in
 :mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.
+
+:mod:`attncore.pretrained` runs a real pretrained encoder, all-MiniLM-L6-v2, with the core
+above (``attncore.pretrained.MiniLM.load()``).
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
@@ -56,6 +59,9 @@ from .tiled import (
     softmax_state,
     tiled_attention,
 )
+
+# a real pretrained model computed with the core above (imports no optional library)
+from . import pretrained
 
 __version__ = "0.1.0"
 

@@ -16,6 +16,9 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``diagrams.py``      -- block diagrams of scaled dot-product and multi-head attention
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
 * ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
+* ``bert_reference.py``, ``head_patterns.py``, ``score_statistics.py``, ``ablation.py``,
+  ``sentences.py`` -- for the pretrained MiniLM: a PyTorch-layer reference, what each head
+  attends to, query/key moments against the 1/sqrt(d_k) theory, head removal, small corpora
 
 Import the module you need: ``from attncore.lab.scaling import dot_product_moments``.
 Modules that draw import matplotlib only when they draw.

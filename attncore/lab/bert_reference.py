@@ -103,7 +103,8 @@ class TorchBertReference:
         emb = self.modules["embeddings"]
         positions = torch.arange(ids.shape[1])[None, :]
         with torch.no_grad():
-            x = emb["norm"](emb["word"](ids) + emb["token_type"](types) + emb["position"](positions))
+            x = emb["word"](ids) + emb["token_type"](types) + emb["position"](positions)
+            x = emb["norm"](x)
             states = [x]
             for layer in self.modules["layers"]:
                 # PyTorch's key-padding mask means "ignore": True at padding.
