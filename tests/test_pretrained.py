@@ -334,6 +334,29 @@ def test_flags_must_be_bools(model, flag):
         model.forward(["a"], **{flag: 1})
 
 
+def test_bad_batches_are_named(model, backend):
+    from attncore.pretrained import bert_forward
+
+    params = model.params_on(api_backend(backend), device_of(backend))
+    batch = model.tokenize(TEXTS[:2])
+    ids, types, mask = (to_backend(a, backend) for a in
+                        (batch.input_ids, batch.token_type_ids, batch.attention_mask))
+    cfg = model.config
+    with pytest.raises(TypeError, match="attention_mask: expected a boolean array"):
+        bert_forward(params, cfg, ids, types, to_backend(batch.attention_mask * 1, backend))
+    with pytest.raises(ValueError, match="token_type_ids: expected the shape of input_ids"):
+        bert_forward(params, cfg, ids, types[:, :3], mask)
+    with pytest.raises(ValueError, match=r"input_ids: expected ids in \[0, 30522\)"):
+        bert_forward(params, cfg, ids + 30522, types, mask)
+    with pytest.raises(TypeError, match="input_ids: expected integer ids"):
+        bert_forward(params, cfg, to_backend(batch.input_ids * 1.0, backend), types, mask)
+    with pytest.raises(ValueError, match=r"input_ids: expected shape \(batch, n\)"):
+        bert_forward(params, cfg, ids[0], types[0], mask[0])
+    if backend != "numpy":
+        with pytest.raises(TypeError, match="cannot mix"):
+            bert_forward(params, cfg, batch.input_ids, types, mask)
+
+
 def test_bad_load_arguments_are_named(tmp_path):
     with pytest.raises(TypeError, match="dtype"):
         MiniLM.load(dtype=np.int32)

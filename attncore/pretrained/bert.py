@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .._backend import backend_of, dtype_name, is_bool, is_floating, shape_of
 from ..multihead import MultiHeadParams, multi_head_attention, split_heads
 from .checkpoint import BertConfig, BertParams, EncoderLayerParams
 from .layers import gelu, layer_norm
@@ -136,6 +137,33 @@ def intervene(attention: MultiHeadParams, *, layer: int, score_scale: float | No
     return p
 
 
+def _check_inputs(params: BertParams, config: BertConfig, input_ids: Any,
+                  token_type_ids: Any, attention_mask: Any) -> None:
+    """The batch's arrays: one library (the parameters'), integer ids in range, a boolean
+    mask, all of shape ``(batch, n)``."""
+    backend_of(params=params.word_embeddings, input_ids=input_ids,
+               token_type_ids=token_type_ids, attention_mask=attention_mask)
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids: expected shape (batch, n), got {shape_of(input_ids)}")
+    for name, x in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+        if shape_of(x) != shape_of(input_ids):
+            raise ValueError(f"{name}: expected the shape of input_ids "
+                             f"{shape_of(input_ids)}, got {shape_of(x)}")
+    if not is_bool(attention_mask):
+        raise TypeError(f"attention_mask: expected a boolean array (True = real token), got "
+                        f"dtype {dtype_name(attention_mask)}")
+    for name, x, size in (("input_ids", input_ids, config.vocab_size),
+                          ("token_type_ids", token_type_ids, config.type_vocab_size)):
+        if is_bool(x) or is_floating(x):
+            raise TypeError(f"{name}: expected integer ids, got dtype {dtype_name(x)}")
+        count = x.size if isinstance(x, np.ndarray) else x.numel()
+        if count:
+            low, high = int(x.min()), int(x.max())
+            if low < 0 or high >= size:
+                raise ValueError(f"{name}: expected ids in [0, {size}), got values from "
+                                 f"{low} to {high}")
+
+
 def _arange(n: int, like: Any) -> Any:
     if isinstance(like, np.ndarray):
         return np.arange(n)
@@ -218,6 +246,7 @@ def bert_forward(params: BertParams, config: BertConfig, input_ids: Any, token_t
     """
     check_score_scale(score_scale)
     ablate = check_ablate(ablate, config)
+    _check_inputs(params, config, input_ids, token_type_ids, attention_mask)
     for name, flag in (("return_attention", return_attention), ("return_qk", return_qk)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
