@@ -14,6 +14,9 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
   online-softmax state it merges
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
+  :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
+  the order of the tokens
 * ``_backend.py``      -- backend dispatch and the argument checks shared by all of the above
 * ``_guard.py``        -- the promise about values every attention function keeps: finite
   inputs and no overflow, decided once per call from three norms
@@ -23,6 +26,9 @@ written by the reader against the course's properties.
 
 The instruments the chapters use for experiments, measurements and figures live apart, in
 :mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.
+
+:mod:`attncore.pretrained` runs a real pretrained encoder, all-MiniLM-L6-v2, with the core
+above (``attncore.pretrained.MiniLM.load()``).
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
@@ -45,6 +51,12 @@ from .multihead import (
 )
 from .masks import padding_mask
 from .softmax import softmax
+from .positions import (
+    position_frequencies,
+    rope,
+    rope_multi_head_attention,
+    sinusoidal_positions,
+)
 from . import testing  # noqa: F401  (ac.testing.check_attention, like numpy.testing)
 from .tiled import (
     SoftmaxState,
@@ -53,6 +65,9 @@ from .tiled import (
     softmax_state,
     tiled_attention,
 )
+
+# a real pretrained model computed with the core above (imports no optional library)
+from . import pretrained
 
 __version__ = "0.1.0"
 
@@ -79,4 +94,8 @@ __all__ = [
     "scaled_dot_product_attention",
     "softmax",
     "split_heads",
+    "position_frequencies",
+    "rope",
+    "rope_multi_head_attention",
+    "sinusoidal_positions",
 ]

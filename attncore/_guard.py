@@ -213,41 +213,44 @@ def _column_powers_of_two(v: Any) -> Any:
     return torch.exp2(torch.floor(torch.log2(torch.clamp(top, min=1))))
 
 
-def layer_guard(arrays: dict[str, Any], *, rows_q: int, rows_k: int, n_k: int,
-                d_head: int) -> bool:
+def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
+                names: tuple[str, str] = ("x_q", "x_kv"), rows_q: int, rows_k: int,
+                n_k: int, d_head: int) -> bool:
     """The certificate of :func:`attention_guard` for a whole multi-head layer.
 
-    ``arrays`` holds the caller's ``x_q``, ``x_kv`` and the layer's weights
-    ``params.w_q`` ... ``params.b_o`` (biases may be ``None``) under the names to report;
+    ``x_q`` and ``x_kv`` are the caller's inputs (the same array for self-attention),
+    ``names`` the caller's names for them; ``weights`` holds the layer's
+    ``params.w_q`` ... ``params.b_o`` (biases may be ``None``) under the names to report.
     ``rows_q`` and ``rows_k`` count the query and key rows over all batch entries. The
     projections are bounded by ``||X W + 1 b^T||_F <= ||X||_F ||W||_F + sqrt(rows) ||b||``
     and must fit in the inputs' own dtype (they are computed in it); each head's output
     row is an average of value rows, so the concatenated heads are bounded by
-    ``sqrt(rows_q)`` times the values' norm. Returns True if the layer cannot produce a
-    non-finite number. Otherwise raises ``ValueError`` naming the first non-finite input,
-    or returns False: then the caller checks the projections, runs
-    :func:`attention_guard` on them and checks the result.
+    ``sqrt(rows_q)`` times the values' norm. (A rotation of the queries and keys, as RoPE
+    applies, keeps these norms.) Returns True if the layer cannot produce a non-finite
+    number. Otherwise raises ``ValueError`` naming the first non-finite input, or returns
+    False: then the caller checks the projections, runs :func:`attention_guard` on them
+    and checks the result.
     """
-    present = {n: x for n, x in arrays.items() if x is not None}
+    present = {names[0]: x_q, names[1]: x_kv}
+    present.update({n: w for n, w in weights.items() if w is not None})
     if under_vmap(*present.values()):
         return True
     found = dict(zip(present, norms(*present.values())))
-    n = {name: found.get(name, 0.0) for name in arrays}
-    x_q, x_kv = n["x_q"], n["x_kv"]
-    wq, wk, wv, wo = (n[f"params.w_{p}"] for p in "qkvo")
-    bq, bk, bv, bo = (n[f"params.b_{p}"] for p in "qkvo")
+    xq_norm, xkv_norm = found[names[0]], found[names[1]]
+    wq, wk, wv, wo = (found[f"params.w_{p}"] for p in "qkvo")
+    bq, bk, bv, bo = (found.get(f"params.b_{p}", 0.0) for p in "qkvo")
     rq, rk = math.sqrt(rows_q), math.sqrt(rows_k)
-    q = x_q * wq + rq * bq
-    k = x_kv * wk + rk * bk
-    v = x_kv * wv + rk * bv
+    q = xq_norm * wq + rq * bq
+    k = xkv_norm * wk + rk * bk
+    v = xkv_norm * wv + rk * bv
     heads = rq * v
-    like = arrays["x_q"]
-    in_dtype = [x_q * wq, x_kv * wk, x_kv * wv, q, k, v, heads * wo, heads * wo + rq * bo]
+    in_dtype = [xq_norm * wq, xkv_norm * wk, xkv_norm * wv, q, k, v, heads * wo,
+                heads * wo + rq * bo]
     s = 1.0 / math.sqrt(d_head)
     in_work = [s * q * k, math.sqrt(max(n_k, 1)) * v]
     if (all(math.isfinite(norm) for norm in found.values())
-            and all(b <= _own_limit(like) for b in in_dtype)
-            and all(b <= _limit(like) for b in in_work)):
+            and all(b <= _own_limit(x_q) for b in in_dtype)
+            and all(b <= _limit(x_q) for b in in_work)):
         return True
     bad = find_non_finite(**present)
     if bad is not None:

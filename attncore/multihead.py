@@ -326,7 +326,7 @@ def _linear(x: Any, w: Any, b: Any, layer: Any = None) -> Any:
 
 
 class _Layer(NamedTuple):
-    """What the checks of a multi-head call found; shared by both layer functions."""
+    """What the checks of a multi-head call found; shared by the layer functions."""
 
     x_kv: Any
     batch: tuple[int, ...]
@@ -334,61 +334,71 @@ class _Layer(NamedTuple):
     n_k: int
     causal: bool
     certified: bool
+    names: tuple[str, str]
 
 
-def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any) -> _Layer:
-    """The checks of :func:`multi_head_attention`, in the caller's terms."""
+def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any,
+                 names: tuple[str, str] = ("x_q", "x_kv")) -> _Layer:
+    """The checks of :func:`multi_head_attention`, in the caller's terms: ``names`` are
+    the caller's names for ``x_q`` and ``x_kv`` (``("x", "x")`` for a layer that takes
+    one input)."""
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params: expected a MultiHeadParams (see init_multihead and "
                         f"params_from_torch), got {type(params).__name__}")
     x_kv = x_q if x_kv is None else x_kv
-    backend_of(params=params.w_q, x_q=x_q, x_kv=x_kv, mask=mask)
-    check_floating("x_q", x_q)
-    check_floating("x_kv", x_kv)
-    check_min_rank("x_q", x_q, 2, "(..., n_q, d_model)")
-    check_min_rank("x_kv", x_kv, 2, "(..., n_k, d_kv)")
-    check_same_dtype(params=params.w_q, x_q=x_q, x_kv=x_kv)
+    nq, nkv = names
+    backend_of(**{"params": params.w_q, nq: x_q, nkv: x_kv, "mask": mask})
+    check_floating(nq, x_q)
+    check_floating(nkv, x_kv)
+    check_min_rank(nq, x_q, 2, "(..., n_q, d_model)")
+    check_min_rank(nkv, x_kv, 2, "(..., n_k, d_kv)")
+    check_same_dtype(**{"params": params.w_q, nq: x_q, nkv: x_kv})
     qs, ks = shape_of(x_q), shape_of(x_kv)
     if qs[-1] != params.d_model:
-        raise ValueError(f"x_q: expected last axis d_model={params.d_model}, got shape {qs}")
+        raise ValueError(f"{nq}: expected last axis d_model={params.d_model}, got shape {qs}")
     if ks[-1] != params.d_kv:
-        raise ValueError(f"x_kv: expected last axis d_kv={params.d_kv}, got shape {ks}")
+        raise ValueError(f"{nkv}: expected last axis d_kv={params.d_kv}, got shape {ks}")
     if qs[:-2] != ks[:-2]:
-        raise ValueError(f"x_q and x_kv must have the same batch shape (...): got x_q {qs}, "
-                         f"x_kv {ks}")
+        raise ValueError(f"{nq} and {nkv} must have the same batch shape (...): got {nq} "
+                         f"{qs}, {nkv} {ks}")
     batch, n_q, n_k = qs[:-2], qs[-2], ks[-2]
     if mask is not None:
-        check_mask(mask, batch, n_q, n_k, inputs="x_q and x_kv")
+        check_mask(mask, batch, n_q, n_k, inputs=nq if nq == nkv else f"{nq} and {nkv}")
     causal = check_flag("causal", causal)
-    named = {"x_q": x_q, "x_kv": x_kv}
-    named.update({f"params.{n}": getattr(params, n) for n in _FIELDS})
     rows = math.prod(batch)
-    certified = layer_guard(named, rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k,
+    certified = layer_guard(x_q, x_kv, {f"params.{n}": getattr(params, n) for n in _FIELDS},
+                            names=names, rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k,
                             d_head=params.d_head)
-    return _Layer(x_kv, batch, n_q, n_k, causal, certified)
+    return _Layer(x_kv, batch, n_q, n_k, causal, certified, names)
 
 
 def _heads_guard(layer: _Layer, q: Any, k: Any, v: Any, shape: AttentionShape) -> Guard:
     """When the layer's certificate failed: check the projections, then the scores."""
     if layer.certified:
         return PASSED
+    nq, nkv = layer.names
+    inputs = f"{nq} or params" if nq == nkv else f"{nq}, {nkv} or params"
     bad = find_non_finite(q=q, k=k, v=v)
     if bad is not None:
-        side = "x_q @ params.w_q" if bad == "q" else f"x_kv @ params.w_{bad}"
-        raise ValueError(f"x_q, x_kv, params: expected projections that fit in dtype "
-                         f"{dtype_name(q)}, got an overflow in {side}; use a wider dtype "
-                         f"or smaller inputs or weights")
-    return attention_guard(q, k, v, shape, inputs="x_q, x_kv or params", scores=(
-        "(x_q @ params.w_q + params.b_q) @ (x_kv @ params.w_k + params.b_k)^T / "
-        "sqrt(d_head), per head"))
+        side = f"{nq} @ params.w_q" if bad == "q" else f"{nkv} @ params.w_{bad}"
+        raise ValueError(f"{_who(layer)}: expected projections that fit in dtype "
+                         f"{dtype_name(q)}, got an overflow in {side}; use a wider dtype or "
+                         f"smaller inputs or weights")
+    return attention_guard(q, k, v, shape, inputs=inputs, scores=(
+        f"({nq} @ params.w_q + params.b_q) @ ({nkv} @ params.w_k + params.b_k)^T / "
+        f"sqrt(d_head), per head"))
+
+
+def _who(layer: _Layer) -> str:
+    nq, nkv = layer.names
+    return f"{nq}, params" if nq == nkv else f"{nq}, {nkv}, params"
 
 
 def _check_output(layer: _Layer, out: Any) -> Any:
     if not layer.certified and find_non_finite(out=out) is not None:
-        raise ValueError(f"x_q, x_kv, params: expected an output that fits in dtype "
-                         f"{dtype_name(out)}, got an overflow in the output projection "
-                         f"heads @ params.w_o; use a wider dtype or smaller inputs or "
-                         f"weights")
+        raise ValueError(f"{_who(layer)}: expected an output that fits in dtype {dtype_name(out)}, "
+                         f"got an overflow in the output projection heads @ params.w_o; "
+                         f"use a wider dtype or smaller inputs or weights")
     return out
 
 

@@ -13,7 +13,6 @@ too, so the book's figures and the benchmark's come from the same code.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -138,7 +137,6 @@ def machine() -> dict[str, str]:
                 "OMP_NUM_THREADS"):
         info[var] = os.environ.get(var, "(not set)")
     info["load average (1 min) at start"] = f"{os.getloadavg()[0]:.2f}"
-    info["python executable"] = sys.executable
     return info
 
 

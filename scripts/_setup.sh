@@ -1,4 +1,4 @@
-# Sourced by build-book and test: makes .venv/ with requirements.txt and attncore installed.
+# Sourced by build-book, test and lab: makes .venv/ with requirements.txt and attncore installed.
 # Re-installs only when requirements.txt or pyproject.toml changed since the last set-up.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,6 +1,6 @@
-"""Property tests: every public attention path, random shapes (empty and degenerate ones
-included), masks, dtypes and both libraries, against one oracle written here from the
-definition, in float64."""
+"""Property tests: every public attention path (the multi-head layers, RoPE's included),
+over random shapes (empty and degenerate ones included), masks, dtypes and both libraries,
+against one oracle written here from the definition, in float64."""
 
 from __future__ import annotations
 
@@ -188,14 +188,15 @@ def layer_problem(draw):
     return lib, params, x_q, x_kv, mask, causal
 
 
-def layer_oracle(p, x_q, x_kv, mask, causal):
+def layer_oracle(p, x_q, x_kv, mask, causal, rotate=False):
     x_kv = x_q if x_kv is None else x_kv
     h, d = p.num_heads, p.d_head
     lin = (lambda x, w, b: x.astype(np.float64) @ w.astype(np.float64)
            + (0 if b is None else b.astype(np.float64)))
     q, k, v = (lin(x, w, b) for x, w, b in ((x_q, p.w_q, p.b_q), (x_kv, p.w_k, p.b_k),
                                             (x_kv, p.w_v, p.b_v)))
-    heads = [oracle(q[..., i * d:(i + 1) * d], k[..., i * d:(i + 1) * d],
+    turn = ac.rope if rotate else (lambda x: x)       # RoPE itself is tested on its own
+    heads = [oracle(turn(q[..., i * d:(i + 1) * d]), turn(k[..., i * d:(i + 1) * d]),
                     v[..., i * d:(i + 1) * d], mask, causal)[0] for i in range(h)]
     return lin(np.concatenate(heads, axis=-1), p.w_o, p.b_o)
 
@@ -216,3 +217,9 @@ def test_both_layers_equal_the_oracle(problem):
         assert tuple(out.shape) == expected.shape
         np.testing.assert_allclose(_back(out), expected, rtol=tol, atol=tol,
                                    err_msg=fn.__name__)
+    if x_kv is None and params.d_head % 2 == 0:
+        rotated = layer_oracle(problem[1], x_q, None, mask, causal, rotate=True)
+        out = ac.rope_multi_head_attention(params, args[0], mask=_on(lib, mask),
+                                           causal=causal)
+        np.testing.assert_allclose(_back(out), rotated, rtol=tol, atol=tol,
+                                   err_msg="rope_multi_head_attention")

@@ -533,3 +533,39 @@ def test_non_positive_and_tiny_scales_with_causal(scale):
     assert np.isfinite(out).all()
     if abs(scale) < 1e-40:                        # uniform over keys 0..i
         np.testing.assert_allclose(out[:, 2], v[:, :3].mean(axis=1), rtol=1e-12)
+
+
+# --- the RoPE layer: the same checks, in terms of its one input x --------------------------------
+
+def test_rope_layer_checks_like_the_other_layers():
+    p = ac.init_multihead(8, 2)
+    x = np.random.default_rng(0).standard_normal((2, 5, 8))
+    nan_x = x.copy()
+    nan_x[0, 1, 2] = np.nan
+    cases = [
+        ((p, torch.from_numpy(x)), {}, TypeError, "cannot mix NumPy arrays and torch tensors"),
+        ((p, x.astype(np.float32)), {}, TypeError,
+         "expected one floating dtype for all inputs, got params is float64, x is float32"),
+        ((x, x), {}, TypeError, "params: expected a MultiHeadParams"),
+        ((p, nan_x), {}, ValueError, "x: expected finite values"),
+        ((p, x), {"causal": "yes"}, TypeError, "causal: expected True or False"),
+        ((p, x), {"return_weights": 1}, TypeError, "return_weights: expected True or False"),
+        ((p, np.random.default_rng(1).standard_normal((2, 2, 5, 8))),
+         {"mask": ac.padding_mask([5, 2], 5)}, ValueError,
+         "mask: expected 4 dimensions (one per axis of the scores (2, 2, 5, 5))"),
+    ]
+    for args, kw, exc, words in cases:
+        with pytest.raises(exc) as info:
+            ac.rope_multi_head_attention(*args, **kw)
+        assert str(info.value).startswith(words), str(info.value)
+
+
+def test_rope_layer_on_torch_uses_the_fused_kernel_and_zero_keys():
+    p = ac.init_multihead(8, 2, backend="torch")
+    x = torch.randn(5, 8, dtype=torch.float64)
+    out = ac.rope_multi_head_attention(p, x, causal=True)
+    assert out.shape == (5, 8)
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    out = ac.rope_multi_head_attention(p, x, mask=mask)
+    expected = (p.b_o.expand(5, 8) if p.b_o is not None else torch.zeros(5, 8))
+    torch.testing.assert_close(out, expected)      # no admissible key: zero heads, then W_O

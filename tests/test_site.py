@@ -61,8 +61,9 @@ def test_no_page_loads_anything_from_the_network(site):
             pytest.fail(f"{page.relative_to(site)} loads a remote resource: {tag}")
 
 
-def render(page: Path) -> str:
-    """The DOM of ``page`` after Chromium has run its scripts, with networking refused."""
+def render_with_console(page: Path) -> tuple[str, list[str]]:
+    """The DOM of ``page`` after Chromium has run its scripts, with networking refused, and
+    the errors its scripts reported to the browser console."""
     if CHROMIUM is None:
         pytest.fail("Debian's chromium is not installed: `apt-get install chromium` "
                     "(scripts/test installs it when run as root)")
@@ -73,20 +74,38 @@ def render(page: Path) -> str:
                # no network: every host resolves to nothing and any proxy use goes nowhere
                "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
                "--allow-file-access-from-files",
+               # the page's console messages go to stderr, where the test reads them
+               "--enable-logging=stderr", "--v=0",
                # let MathJax's deferred, asynchronous typesetting finish before the dump
                "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw",
                "--dump-dom", page.as_uri()]
         proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=120, env={**os.environ, "HOME": profile})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line
+              and re.search(r"ERROR:CONSOLE|Uncaught|SyntaxError|TypeError|ReferenceError",
+                            line)]
+    return proc.stdout, errors
 
 
-def visible_text(dom: str) -> str:
+def render(page: Path) -> str:
+    return render_with_console(page)[0]
+
+
+def visible_text(dom: str, *, code: bool = True) -> str:
     dom = re.sub(r"<head\b.*?</head>", " ", dom, flags=re.S | re.I)
     dom = re.sub(r"<(script|style|mjx-assistive-mml|noscript)\b.*?</\1>", " ", dom,
                  flags=re.S | re.I)
+    if not code:
+        dom = re.sub(r"<pre\b.*?</pre>", " ", dom, flags=re.S | re.I)
     return html.unescape(re.sub(r"<[^>]+>", " ", dom))
+
+
+# TeX that MathJax should have typeset; seen in page text it means a formula was not parsed
+# as math (a line of a formula read as a list item, say).
+RAW_TEX = re.compile(r"\\(mathbf|mathrm|mathbb|operatorname|frac|sqrt|begin|end|left|right|"
+                     r"top|cdot|sum|prod|exp|log|qquad|quad|alpha|beta|ell)\b|\$\$|"
+                     r"(?<![\w$])\$(?=[^$\s])[^$\n]{1,80}(?<=\S)\$(?![\w$])")
 
 
 def _toc_pages() -> list[str]:
@@ -97,20 +116,144 @@ def _toc_pages() -> list[str]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("stem", _toc_pages())
-def test_math_is_typeset_offline(site, stem):
+def test_page_renders_offline_without_errors(site, stem):
     page = site / f"{stem}.html"
     source = page.read_text()
     n_math = len(re.findall(r'class="[^"]*\bmath\b', source))
-    dom = render(page)
+    dom, console_errors = render_with_console(page)
+    assert not console_errors, f"{stem}: errors in the browser console: {console_errors[:3]}"
     typeset = len(re.findall(r"<mjx-container\b", dom))
     assert typeset >= n_math, f"{stem}: {typeset} formulas typeset, expected >= {n_math}"
-    text = visible_text(dom)
-    assert "$$" not in text, f"{stem}: raw $$ left in the visible text"
+    text = visible_text(dom, code=False)
+    raw = sorted({m.group(0) for m in RAW_TEX.finditer(text)})
+    assert not raw, f"{stem}: TeX left untypeset in the page text: {raw[:5]}"
     for delim in (r"\(", r"\[", r"\begin{"):
         assert delim not in text, f"{stem}: untypeset TeX {delim!r} left in the visible text"
+    # Solutions stay collapsed until the reader opens them.
+    solutions = re.findall(r'<div class="([^"]*\bsolution\b[^"]*)"', dom)
+    shown = [c for c in solutions if "toggle-hidden" not in c]
+    assert not shown, f"{stem}: {len(shown)} solutions shown open: {shown[:2]}"
+
+
+@pytest.mark.browser
+def test_the_browser_checks_catch_console_errors_and_raw_tex(tmp_path):
+    # Guards the test above against passing vacuously.
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><p>Raw $x + \\mathbf{y}$ here.</p>"
+                    "<script>const a = 1;</script><script>const a = 2;</script></body></html>")
+    dom, errors = render_with_console(page)
+    assert errors, "a redeclared const was not reported"
+    assert RAW_TEX.search(visible_text(dom, code=False))
+
+
+def test_pages_show_the_outputs_nbval_verified(site):
+    # The site is built from the stored outputs (no execution); nbval proves they equal a
+    # fresh run. Every printed line of every chapter must be on its page.
+    import json
+
+    from test_book_structure import NOTEBOOKS
+
+    checked = 0
+    for nb in NOTEBOOKS:
+        text = html.unescape(re.sub(r"<[^>]+>", "", (site / "chapters" /
+                                                     f"{nb.stem}.html").read_text()))
+        for cell in json.loads(nb.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    for line in "".join(out["text"]).splitlines():
+                        if line.strip():
+                            assert line.strip() in text, f"{nb.name}: {line!r} not on its page"
+                            checked += 1
+    assert checked > 100
 
 
 def test_the_chapters_have_math_to_check(site):
     # Guards the test above against passing vacuously (e.g. if math stopped being emitted).
     for stem in ("chapters/00_how_to_use", "chapters/02_why_sqrt_dk", "appendix/proofs"):
         assert re.search(r'class="[^"]*\bmath\b', (site / f"{stem}.html").read_text()), stem
+
+
+def test_bibliography_labels_read_like_the_citations(site):
+    # A reader who follows "Vaswani et al., 2017" finds an entry labelled the same way.
+    bib = (site / "bibliography.html").read_text()
+    labels = dict(re.findall(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">'
+                             r'<span class="fn-bracket">\[</span>([^<]+)<', bib))
+    assert labels, "no labelled entries in the bibliography"
+    checked = 0
+    for page in pages(site):
+        for target, text in re.findall(r'href="(?:\.\./)?bibliography\.html#([^"]+)"[^>]*>'
+                                       r'(.*?)</a>', page.read_text()):
+            # (whitespace normalised: names such as "van de Geijn" use no-break spaces)
+            text = " ".join(re.sub(r"<[^>]+>", "", html.unescape(text)).split())
+            label = " ".join(labels.get(target, "").split())
+            # A textual citation, "Vaswani et al. [2017]", links only its year.
+            assert text == label or label.endswith(f", {text}"), \
+                f"{page.name}: citation {text!r} links to the entry labelled {labels.get(target)!r}"
+            checked += 1
+    assert checked >= 10
+
+
+# --- the site speaks to readers, and its buttons lead somewhere ---------------------------------
+
+def _notebook_setup():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import notebook_setup
+
+    return notebook_setup
+
+
+# Paths of the machine that built the site, and words about how it was produced.
+LOCAL_PATH = re.compile(r"(?<![\w.])(/work|/home|/tmp|/root)\b|\.venv\b")
+PRODUCTION = re.compile(r"\b(lent|this task|sessions?)\b", re.I)
+
+
+def test_the_visible_text_speaks_to_readers(site):
+    found = []
+    for page in pages(site):
+        text = " ".join(visible_text(page.read_text()).split())
+        for pattern in (LOCAL_PATH, PRODUCTION):
+            for m in pattern.finditer(text):
+                context = text[max(0, m.start() - 60):m.end() + 40]
+                found.append(f"{page.relative_to(site)}: ...{context}...")
+    assert not found, "text for the builders, not the readers:\n" + "\n".join(found)
+
+
+def test_visible_text_check_catches_what_it_should():
+    # Guards the test above against passing vacuously.
+    for bad in ("python executable: /work/main/.venv/bin/python", "see /home/me/x",
+                "run .venv/bin/jupyter lab", "no GPU was lent to this task", "this session"):
+        assert LOCAL_PATH.search(bad) or PRODUCTION.search(bad), bad
+    for fine in ("https://example.org/home/page", "the square root", "excellent, silent",
+                 "./scripts/lab opens JupyterLab"):
+        assert not LOCAL_PATH.search(fine) and not PRODUCTION.search(fine), fine
+
+
+def test_no_placeholder_repository_and_no_dead_buttons(site):
+    ns = _notebook_setup()
+    url = ns.configured_repository()
+    assert "attncore/attention-course" not in url
+    chapter = (site / "chapters" / "00_how_to_use.html").read_text()
+    for page in pages(site):
+        assert "attncore/attention-course" not in page.read_text(), page.relative_to(site)
+    buttons = ("dropdown-launch-buttons", "btn-source-repository-button",
+               "btn-source-issues-button", "mybinder.org", "colab.research.google.com")
+    if not url:
+        # No repository named (a local build): no button that would lead nowhere.
+        for page in pages(site):
+            shown = [b for b in buttons if b in page.read_text()]
+            assert not shown, f"{page.relative_to(site)} shows {shown} with no repository named"
+    else:
+        owner_repo = "/".join(url.rstrip("/").split("/")[-2:])
+        for b in buttons:
+            assert b in chapter, f"the chapter pages lack {b} although {url} is named"
+        assert f'href="{url}"' in chapter
+        assert f"mybinder.org/v2/gh/{owner_repo}/" in chapter
+        assert f"colab.research.google.com/github/{owner_repo}/blob/" in chapter
+    # The notebooks a reader downloads from the site install attncore from the named repository.
+    downloads = sorted((site / "_sources" / "chapters").glob("*.ipynb"))
+    assert downloads, "the site offers no notebook to download"
+    for nb in downloads:
+        named = re.findall(r'REPOSITORY = \\"(.*?)\\"', nb.read_text())
+        assert named == [url], f"{nb.name} names {named}, _config.yml names {url!r}"

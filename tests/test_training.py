@@ -1,4 +1,4 @@
-"""Tests for attncore.lab.training: the induction data, the attention-only model, training, probes."""
+"""attncore.lab.training: the induction data, the attention-only model, training, probes."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from attncore.lab.training import (  # noqa: E402
     accuracy,
     evaluate,
     head_attention,
+    head_scores,
     induction_batch,
     induction_score,
     init_attention_only,
+    learning_rate,
     previous_occurrence,
     previous_token_score,
     train_induction,
@@ -152,6 +154,10 @@ def test_previous_occurrence():
     (dict(d_model=0), "d_model"),
     (dict(vocab_size=5), "vocab_size"),
     (dict(num_layers=True), "num_layers"),
+    (dict(warmup_steps=-1), "warmup_steps"),
+    (dict(embed_std=0.0), "embed_std"),
+    (dict(embed_std=float("inf")), "embed_std"),
+    (dict(lr=True), "lr"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -179,6 +185,31 @@ def test_model_shapes_and_parameter_count():
         assert float(w.triu(1).abs().max()) == 0.0          # causal
     with torch.no_grad():
         torch.testing.assert_close(model.forward(tokens), logits)
+
+
+def test_embeddings_are_drawn_with_embed_std():
+    # the same standard-normal draws, scaled: changing embed_std changes nothing else
+    small = init_attention_only(SMALL)
+    unit = init_attention_only(InductionConfig(**{**SMALL.__dict__, "embed_std": 1.0}))
+    torch.testing.assert_close(small.tok_emb, SMALL.embed_std * unit.tok_emb)
+    torch.testing.assert_close(small.pos_emb, SMALL.embed_std * unit.pos_emb)
+    assert torch.equal(small.unembed, unit.unembed)
+    assert all(torch.equal(getattr(a, n), getattr(b, n)) for a, b in
+               zip(small.layers, unit.layers) for n in ("w_q", "w_k", "w_v", "w_o"))
+
+
+def test_learning_rate_warms_up_then_follows_a_cosine_to_zero():
+    c = InductionConfig(steps=100, warmup_steps=10, lr=0.5)
+    rates = [learning_rate(c, s) for s in range(c.steps)]
+    np.testing.assert_allclose(rates[:10], 0.5 * np.arange(1, 11) / 10)
+    assert rates[10] == 0.5 and max(rates) == 0.5
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:]))          # decays after warm-up
+    assert math.isclose(rates[55], 0.25)                                # halfway down
+    assert learning_rate(c, c.steps) == 0.0 and 0 < rates[-1] < 1e-3
+    no_warmup = InductionConfig(steps=10, warmup_steps=0, lr=0.5)
+    assert learning_rate(no_warmup, 0) == 0.5
+    with pytest.raises(ValueError, match="step"):
+        learning_rate(c, -1)
 
 
 def test_model_is_causal():
@@ -219,7 +250,7 @@ def test_forward_rejects_bad_tokens(tokens, match):
 
 def test_short_training_reduces_the_loss():
     c = InductionConfig(vocab_size=12, seq_len=10, min_repeat=2, max_repeat=4, d_model=16,
-                        num_heads=2, batch_size=32, steps=60, lr=1e-2)
+                        num_heads=2, batch_size=32, steps=60, lr=3e-2)
     model, losses = train_induction(c)
     assert len(losses) == 60 and all(math.isfinite(x) for x in losses)
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:10])
@@ -308,6 +339,24 @@ def test_scores_of_ideal_patterns():
         induction_score(ideal, tokens[:-1])
     with pytest.raises(ValueError, match="weights"):
         previous_token_score(np.ones((3, 4)))
+
+
+def test_head_scores_average_the_per_sequence_scores():
+    model = init_attention_only(SMALL)
+    tokens, _ = induction_batch(np.random.default_rng(3), 7, SMALL.seq_len, SMALL.vocab_size,
+                                min_repeat=2, max_repeat=4)
+    previous, induction = head_scores(model, tokens)
+    assert previous.shape == induction.shape == (SMALL.num_layers, SMALL.num_heads)
+    weights = [head_attention(model, row) for row in tokens]
+    np.testing.assert_allclose(previous, np.mean([previous_token_score(w) for w in weights],
+                                                 axis=0), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(induction, np.mean([induction_score(w, row) for w, row in
+                                                   zip(weights, tokens)], axis=0),
+                               rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="repeat"):
+        head_scores(model, np.arange(SMALL.seq_len)[None] % SMALL.vocab_size)
+    with pytest.raises(ValueError, match="tokens"):
+        head_scores(model, tokens[0])
 
 
 def test_ablating_a_head_removes_exactly_its_contribution():

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from attncore.matmul_views import MATMUL_VIEWS  # noqa: E402
 from attncore.lab.view_figures import (  # noqa: E402
+    MEMORY_FLOOR,
     PALETTE,
     draw_column_view,
     draw_convex_combination,
@@ -27,6 +28,7 @@ from attncore.lab.view_figures import (  # noqa: E402
     draw_outer_product_sum,
     draw_outer_product_view,
     draw_row_view,
+    draw_view_timings,
     highlighted_cells,
     matmul_flops,
     time_matmul_views,
@@ -275,18 +277,72 @@ def test_blocking_raises_arithmetic_intensity():
 
 def test_timing_helper_returns_sane_ratios():
     result = time_matmul_views(12, 10, 8, repeats=1)
-    assert set(result) == {"@"} | set(MATMUL_VIEWS)
+    assert set(result) == {"@", MEMORY_FLOOR} | set(MATMUL_VIEWS)
     assert result["@"]["ratio"] == 1.0
     for name, row in result.items():
         assert row["seconds"] > 0 and math.isfinite(row["seconds"])
         assert row["ratio"] > 0 and math.isfinite(row["ratio"])
+        # one round: the ratio is that round's, and the quartiles collapse onto it
         assert math.isclose(row["ratio"], row["seconds"] / result["@"]["seconds"])
-        assert row["max_abs_error"] < 1e-12
+        assert row["ratio_q1"] == row["ratio"] == row["ratio_q3"]
+        if name == MEMORY_FLOOR:
+            assert math.isnan(row["max_abs_error"])
+        else:
+            assert row["max_abs_error"] < 1e-12
+
+
+def test_timing_helper_reports_the_median_round_with_its_spread():
+    result = time_matmul_views(6, 5, 4, repeats=5, views={"rows": MATMUL_VIEWS["rows"]})
+    for row in result.values():
+        assert 0 < row["ratio_q1"] <= row["ratio"] <= row["ratio_q3"]
+
+
+def test_timing_helper_runs_blas_on_one_thread_and_restores_it():
+    from threadpoolctl import threadpool_info
+
+    before = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    seen = []
+
+    def rows_view(a, b):
+        seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+        return MATMUL_VIEWS["rows"](a, b)
+
+    time_matmul_views(4, 4, 4, repeats=1, views={"rows": rows_view})
+    assert seen and set(seen) == {1}
+    after = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert after == before
 
 
 def test_timing_helper_accepts_a_subset_of_views():
     result = time_matmul_views(4, 4, 4, repeats=1, views={"rows": MATMUL_VIEWS["rows"]})
-    assert set(result) == {"@", "rows"}
+    assert set(result) == {"@", "rows", MEMORY_FLOOR}
+
+
+def test_view_timings_chart_has_one_bar_per_view_and_size():
+    results = {s: time_matmul_views(s, s, s, repeats=3) for s in (3, 5)}
+    fig = draw_view_timings(results)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2 * len(MATMUL_VIEWS)       # the floor is not drawn as a bar
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(MATMUL_VIEWS)
+    assert ax.get_xscale() == "log"
+    # tick labels at least 9 pt, and the x labels (powers of ten) do not overlap
+    fig.canvas.draw()
+    labels = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert all(t.get_fontsize() >= 9 for t in labels + ax.get_yticklabels())
+    boxes = sorted((t.get_window_extent() for t in labels), key=lambda b: b.x0)
+    assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))
+    with pytest.raises(ValueError, match="results"):
+        draw_view_timings({})
+
+
+def test_labels_of_close_points_are_pushed_apart():
+    from attncore.lab.view_figures import _label_offsets
+
+    pts = np.array([[0.0, 0.0], [1.0, 1.0], [0.50, 0.50], [0.52, 0.50]])
+    offsets = np.array(_label_offsets(pts))
+    # the two nearly equal points get labels on opposite sides
+    assert offsets[2, 0] < 0 < offsets[3, 0]
+    assert np.allclose(np.linalg.norm(offsets, axis=1), 13.0)
 
 
 def test_a_transposed_factor_is_labelled_by_the_untransposed_entries():
@@ -299,3 +355,21 @@ def test_a_transposed_factor_is_labelled_by_the_untransposed_entries():
     assert row_one == ["$k_{11}$", "$k_{21}$", "$k_{31}$", "$k_{41}$"]
     assert "\\mathbf{k}_{:,t}^\\top" in fig._suptitle.get_text()
     assert fig.axes[2].get_title() == "S = QKᵀ  (4×4)"
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: draw_four_views(A, B, labels="symbols"),
+    lambda: draw_entry_view(A, B, 0, 1),
+    lambda: draw_entry_view(np.ones((5, 512)), np.ones((512, 5)), 1, 3),
+    lambda: draw_outer_product_sum(np.ones((5, 5)), np.ones((5, 4)) / 3, block_size=3),
+    lambda: draw_convex_combination(B.T @ A.T, (B.T @ A.T)[:1]),
+])
+def test_figures_fit_the_content_column_with_legible_text(draw):
+    # The book's content column is about 7.5 inches at 100 dpi: a wider figure is scaled
+    # down, and its 9-point labels with it.
+    fig = draw()
+    assert fig.get_size_inches()[0] <= 7.5
+    fig.canvas.draw()
+    texts = [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()
+             + ax.texts if t.get_text()]
+    assert texts and min(t.get_fontsize() for t in texts) >= 9

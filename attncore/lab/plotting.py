@@ -14,14 +14,35 @@ def to_numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy()
 
 
+ANNOTATION_POINTS = 9
+"""Font size of the weights written in the cells: 9 pt, the course's smallest legible size."""
+
+
 def plot_attention(weights: Any, *, query_labels: Sequence[str] | None = None,
                    key_labels: Sequence[str] | None = None, title: str | None = None,
-                   ax: Any = None, annotate: bool | None = None, cmap: str = "viridis") -> Any:
+                   ax: Any = None, annotate: bool | None = None, cmap: str = "viridis",
+                   colorbar: bool = True) -> Any:
     """Heatmap of one attention matrix: row i is query i's distribution over the keys.
 
-    weights : ``(n_q, n_k)`` NumPy array or torch tensor, values in [0, 1].
-    annotate : print each weight in its cell (default: when the matrix is at most 8 x 8).
-    Returns the matplotlib Axes.
+    Parameters
+    ----------
+    weights : NumPy array or torch tensor, shape ``(n_q, n_k)``
+        Values in [0, 1].
+    query_labels, key_labels : sequence of str, optional
+        Tick labels of the rows and columns.
+    title : str, optional
+    ax : matplotlib Axes, optional
+        Where to draw (default: a new figure).
+    annotate : bool, optional
+        Print each weight in its cell (default: when the matrix is at most 8 x 8).
+    cmap : str, default "viridis"
+    colorbar : bool, default True
+        Draw a colour bar beside the axes; panels that share one scale can leave it to the
+        last panel (the colour scale is always 0 to 1).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     import matplotlib.pyplot as plt
 
@@ -43,9 +64,11 @@ def plot_attention(weights: Any, *, query_labels: Sequence[str] | None = None,
     if annotate:
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center",
+                        fontsize=ANNOTATION_POINTS,
                         color="white" if w[i, j] < 0.6 else "black")
     if title:
         ax.set_title(title)
-    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     return ax

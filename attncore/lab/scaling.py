@@ -21,7 +21,9 @@ pieces that the chapter and its tests check those claims with:
 * consequences: :func:`attention_saturation` (largest weight and row entropy against
                 ``d_k``) and :func:`score_gradient_norms` (the gradient that reaches the scores,
                 measured with torch autograd), for the scalings ``"sqrt"`` (``1/sqrt(d_k)``,
-                the Transformer's), ``"none"`` and ``"linear"`` (``1/d_k``, as in muP).
+                the Transformer's), ``"none"`` and ``"linear"`` (``1/d_k``, as in muP);
+* initialisation: :func:`projected_score_statistics` (the variance of the scaled scores
+                that given projection weights produce from layer-normalised tokens).
 
 All random draws take an explicit seed and use NumPy's ``default_rng``, so a result depends
 on the seed only: not on the machine, the order of calls, or the chunk size used to save
@@ -38,7 +40,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .._backend import NUMPY, backend_of, check_axis, check_floating, check_min_rank
+from .._backend import NUMPY, backend_of, check_axis, check_floating, check_min_rank, shape_of
 from ..attention import scaled_dot_product_attention
 from ..softmax import softmax
 
@@ -48,12 +50,14 @@ __all__ = [
     "DotProductMoments",
     "DotProductStatistics",
     "GradientStats",
+    "ProjectedScoreStats",
     "SaturationStats",
     "attention_saturation",
     "distribution_moments",
     "dot_product_moments",
     "dot_product_statistics",
     "exact_dot_product_distribution",
+    "projected_score_statistics",
     "resolve_scale",
     "row_entropy",
     "sample_components",
@@ -388,8 +392,9 @@ def row_entropy(p: Any, axis: int = -1) -> Any:
     ----------
     p : numpy.ndarray or torch.Tensor, shape ``(...)``, floating
         Probability distributions along ``axis``: every entry finite and ``>= 0``, every
-        slice summing to 1 (to within the square root of the dtype's machine epsilon,
-        about ``1.5e-8`` in float64 and ``3.5e-4`` in float32).
+        slice summing to 1 to within ``1e-3`` (``0.03`` in float16), which accepts the
+        rounding of weights computed in a lower precision and rejects what is not a
+        distribution.
     axis : int, default -1
         The axis along which each slice is a distribution.
 
@@ -418,14 +423,14 @@ def row_entropy(p: Any, axis: int = -1) -> Any:
         values = p.astype(np.float64)
         sums = values.sum(axis=axis)
         bad_entry = bool((~np.isfinite(values) | (values < 0)).any())
-        tol = math.sqrt(float(np.finfo(p.dtype).eps))
+        tol = max(1e-3, math.sqrt(float(np.finfo(p.dtype).eps)))
     else:
         import torch
 
         values = p.detach().to(torch.float64)
         sums = values.sum(dim=axis)
         bad_entry = bool((~torch.isfinite(values) | (values < 0)).any())
-        tol = math.sqrt(float(torch.finfo(p.dtype).eps))
+        tol = max(1e-3, math.sqrt(float(torch.finfo(p.dtype).eps)))
         sums = sums.cpu().numpy()
     if bad_entry:
         raise ValueError("p: expected probabilities (finite and >= 0), got a negative or "
@@ -582,3 +587,98 @@ def score_gradient_norms(d_k: int, *, scaling: str | float = "sqrt", n_queries: 
                          queries_median=float(np.median(dq)),
                          small_fraction=float(np.mean(dz < 1e-3)),
                          max_weight=float(p.detach().amax(dim=-1).mean()))
+
+
+# --------------------------------------------------------------------------------------------
+# initialisation: what given projection weights do to the scores
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProjectedScoreStats:
+    """Scores that projection weights produce at initialisation, for one number of heads.
+
+    ``weight_var``: variance of the entries of ``W_Q`` and ``W_K`` together (about their
+    mean); ``query_var``: variance of the query components ``q = x W_Q``; ``score_var``:
+    variance of the raw scores ``q . k``; ``scaled_score_var``: variance of
+    ``q . k / sqrt(d_k)``. The score statistics run over every head and every (query, key)
+    pair of tokens.
+    """
+
+    d_model: int
+    num_heads: int
+    d_k: int
+    weight_var: float
+    query_var: float
+    score_var: float
+    scaled_score_var: float
+
+
+def _weight_matrix(name: str, w: Any) -> np.ndarray:
+    backend = backend_of(**{name: w})
+    check_floating(name, w)
+    if w.ndim != 2:
+        raise ValueError(f"{name}: expected a matrix of shape (d_model, d_out), got shape "
+                         f"{shape_of(w)}")
+    return np.asarray(w, dtype=np.float64) if backend == NUMPY \
+        else w.detach().to("cpu").double().numpy()
+
+
+def projected_score_statistics(w_q: Any, w_k: Any, num_heads: int, *, n_tokens: int = 256,
+                               seed: int = 0) -> ProjectedScoreStats:
+    """Variance of the attention scores that the projections ``w_q``, ``w_k`` produce.
+
+    Draws ``n_tokens`` tokens ``x`` ``(n_tokens, d_model)`` with standard normal entries and
+    normalises each to mean 0 and variance 1 over its features (layer normalisation with its
+    initial gain 1 and shift 0), projects ``q = x w_q`` and ``k = x w_k``, splits the
+    ``d_out`` columns into ``num_heads`` heads of ``d_k = d_out / num_heads`` columns, and
+    measures the scores ``q . k`` of every head and every pair of tokens.
+
+    Parameters
+    ----------
+    w_q, w_k : arrays ``(d_model, d_out)``, floating, NumPy or torch
+        Query and key projections in attncore's layout, ``q = x @ w_q`` (the transpose of
+        ``nn.Linear.weight``; :func:`attncore.params_from_torch` converts a
+        ``torch.nn.MultiheadAttention``). Computed in float64 on the CPU.
+    num_heads : int
+        Number of heads; must divide ``d_out``.
+    n_tokens : int
+        Number of tokens drawn (at least 2).
+    seed : int
+        Seed of ``np.random.default_rng`` for the tokens.
+
+    Returns
+    -------
+    ProjectedScoreStats
+        For weights with independent zero-mean entries, the theory in
+        ``chapters/02_why_sqrt_dk.ipynb`` predicts ``query_var = d_model * weight_var`` and
+        ``scaled_score_var = query_var**2``, whatever ``num_heads`` is.
+    """
+    backend_of(w_q=w_q, w_k=w_k)   # one library for both, as everywhere in attncore
+    wq, wk = _weight_matrix("w_q", w_q), _weight_matrix("w_k", w_k)
+    if wq.shape != wk.shape:
+        raise ValueError(f"w_q and w_k must have the same shape (d_model, d_out), got w_q "
+                         f"{wq.shape} and w_k {wk.shape}")
+    d_model, d_out = wq.shape
+    num_heads = _check_positive_int("num_heads", num_heads)
+    if d_out % num_heads:
+        raise ValueError(f"num_heads: expected a divisor of d_out = {d_out} (the projections' "
+                         f"output width), got {num_heads}")
+    n_tokens = _check_positive_int("n_tokens", n_tokens)
+    if n_tokens < 2:
+        raise ValueError(f"n_tokens: expected at least 2 to estimate a variance, got "
+                         f"{n_tokens}")
+    seed = _check_seed(seed)
+    if d_model < 2:
+        raise ValueError(f"w_q: expected d_model >= 2 to normalise the tokens, got shape "
+                         f"{wq.shape}")
+    x = np.random.default_rng(seed).standard_normal((n_tokens, d_model))
+    x = (x - x.mean(axis=-1, keepdims=True)) / x.std(axis=-1, keepdims=True)
+    d_k = d_out // num_heads
+    q = (x @ wq).reshape(n_tokens, num_heads, d_k).swapaxes(0, 1)   # (heads, n, d_k)
+    k = (x @ wk).reshape(n_tokens, num_heads, d_k).swapaxes(0, 1)
+    scores = q @ k.swapaxes(-1, -2)                                  # (heads, n, n)
+    return ProjectedScoreStats(
+        d_model=int(d_model), num_heads=num_heads, d_k=int(d_k),
+        weight_var=float(np.concatenate([wq.ravel(), wk.ravel()]).var()),
+        query_var=float(q.var()), score_var=float(scores.var()),
+        scaled_score_var=float(scores.var() / d_k))

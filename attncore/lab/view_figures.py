@@ -24,7 +24,9 @@ Three small helpers for the cost of the views:
 
 * :func:`matmul_flops` -- ``2 m n p``, the same for every view
 * :func:`words_moved`  -- numbers read and written under a simple memory model, per view
-* :func:`time_matmul_views` -- wall-clock time of each loop view as a multiple of ``A @ B``
+* :func:`time_matmul_views` -- wall-clock time of each loop view as a multiple of ``A @ B``,
+  measured side by side (median of per-round ratios, with the interquartile range)
+* :func:`draw_view_timings` -- those ratios at several sizes, as a bar chart
 
 Inputs may be NumPy arrays or torch tensors (copied to NumPy for drawing) of a real numeric
 dtype. Every drawing function returns the :class:`matplotlib.figure.Figure` it drew on.
@@ -33,6 +35,7 @@ dtype. Every drawing function returns the :class:`matplotlib.figure.Figure` it d
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +44,7 @@ from .._backend import backend_of, check_rank, shape_of
 from ..matmul_views import MATMUL_VIEWS
 
 __all__ = [
+    "MEMORY_FLOOR",
     "PALETTE",
     "draw_column_view",
     "draw_convex_combination",
@@ -49,6 +53,7 @@ __all__ = [
     "draw_outer_product_sum",
     "draw_outer_product_view",
     "draw_row_view",
+    "draw_view_timings",
     "highlighted_cells",
     "matmul_flops",
     "time_matmul_views",
@@ -207,7 +212,8 @@ def _grid(ax, x: np.ndarray, title: str, letter: tuple[str, bool], mode: str) ->
         texts = [[_fmt(x[r, c]) if mode == "values" else _sym(letter, r, c)
                   for c in range(cols)] for r in range(rows)]
         longest = max(len(t) for row in texts for t in row)
-        size = 12 if mode == "symbols" else 11 if longest <= 3 else 9.5 if longest <= 5 else 8
+        # never below 9 pt: the figure is shown at its natural size in the content column
+        size = 12 if mode == "symbols" else 11 if longest <= 3 else 9
         for r in range(rows):
             for c in range(cols):
                 text = texts[r][c]
@@ -228,7 +234,7 @@ def _grid(ax, x: np.ndarray, title: str, letter: tuple[str, bool], mode: str) ->
         ax.set_xticks([0.5, cols - 0.5], ["1", str(cols)])
         ax.set_yticks([0.5, rows - 0.5], ["1", str(rows)])
     ax.xaxis.tick_top()
-    ax.tick_params(length=0, labelsize=8, colors="#666666")
+    ax.tick_params(length=0, labelsize=9, colors="#555555")
     for spine in ax.spines.values():
         spine.set_visible(False)
     ax.set_title(title, fontsize=12, pad=8 if mode == "symbols" else 16)
@@ -243,8 +249,12 @@ def _length(cells: int) -> float:
     return float(cells) if cells <= 8 else 8.0 + 2.0 * math.log2(cells / 8)
 
 
+_MAX_WIDTH_INCHES = 6.6   # panels' width; with margins the figure stays within the book's
+                          # content column (about 7.5 in at 100 dpi), so it is never scaled down
+
+
 def _cell_inches(width_units: float, height_units: float) -> float:
-    return min(0.48, 10.5 / width_units, 6.5 / height_units)
+    return min(0.48, _MAX_WIDTH_INCHES / width_units, 6.5 / height_units)
 
 
 def _operator(fig_like, left_ax, right_ax, symbol: str) -> None:
@@ -382,7 +392,8 @@ def draw_entry_view(a: Any, b: Any, i: int = 0, j: int = 0, *, labels: str = "au
     names : sequence of three str
         The names of the left factor, right factor and product, e.g.
         ``("Q", "Kᵀ", "S")``; entries are written with the first letter lower-cased
-        (``q_{12}``), or as ``(K^\\top)_{12}`` for a name ending in ``ᵀ`` or ``^T``.
+        (``q_{12}``), or, for a name ending in ``ᵀ`` or ``^T``, as an entry of that
+        transpose (``(Kᵀ)_{12}``).
 
     Returns
     -------
@@ -477,7 +488,7 @@ def draw_outer_product_sum(a: Any, b: Any, *, block_size: int = 1, labels: str =
     la, lb, lc = (_letter(s) for s in names)
     blocks = [list(range(s, min(s + block_size, p))) for s in range(0, p, block_size)]
     panels = len(blocks) + 1
-    width_units = panels * (_length(n) + 1.6)
+    width_units = panels * (_length(n) + 1.3)
     cell = _cell_inches(width_units, _length(m))
     width_in = max(6.0, width_units * cell + 0.8)
     height_in = _length(m) * cell + _TITLE_INCHES + 0.25
@@ -531,6 +542,29 @@ def _hull(points: np.ndarray) -> np.ndarray:
     return np.array(lower[:-1] + upper[:-1])
 
 
+def _label_offsets(points: np.ndarray, distance: float = 13.0) -> list[tuple[float, float]]:
+    """An offset in points for the label of each 2-D point, away from its nearest neighbour.
+
+    Labels placed at one fixed offset collide when two points are close (two outputs that
+    are nearly the same average); pushing each label away from the closest other point
+    keeps them apart. Coordinates are first scaled to the unit square, as the axes show
+    them.
+    """
+    span = np.ptp(points, axis=0)
+    unit = (points - points.min(axis=0)) / np.where(span > 0, span, 1.0)
+    offsets = []
+    for k, here in enumerate(unit):
+        others = np.delete(unit, k, axis=0)
+        if len(others) == 0:
+            offsets.append((distance * 0.7, distance * 0.7))
+            continue
+        away = here - others[np.argmin(np.linalg.norm(others - here, axis=1))]
+        norm = np.linalg.norm(away)
+        direction = away / norm if norm > 1e-12 else np.array([0.7071, 0.7071])
+        offsets.append((float(distance * direction[0]), float(distance * direction[1])))
+    return offsets
+
+
 def draw_convex_combination(values: Any, outputs: Any, *, dims: tuple[int, int] = (0, 1),
                             value_name: str = "v", output_name: str = "z"):
     """Plot value rows and output rows in two chosen coordinates, with the values' convex hull.
@@ -563,12 +597,16 @@ def draw_convex_combination(values: Any, outputs: Any, *, dims: tuple[int, int] 
                label=f"value rows ${value_name}_j$")
     ax.scatter(pz[:, 0], pz[:, 1], s=80, marker="X", color=PALETTE[5], zorder=4,
                label=f"outputs ${output_name}_i$")
+    points = np.vstack([pv, pz])
+    offsets = _label_offsets(points)
     for k, (x, y) in enumerate(pv):
-        ax.annotate(f"${value_name}_{{{k + 1}}}$", (x, y), xytext=(6, 6),
-                    textcoords="offset points", color=PALETTE[0], fontsize=12)
+        ax.annotate(f"${value_name}_{{{k + 1}}}$", (x, y), xytext=offsets[k],
+                    textcoords="offset points", color=PALETTE[0], fontsize=12,
+                    ha="center", va="center")
     for k, (x, y) in enumerate(pz):
-        ax.annotate(f"${output_name}_{{{k + 1}}}$", (x, y), xytext=(6, -12),
-                    textcoords="offset points", color=PALETTE[5], fontsize=11)
+        ax.annotate(f"${output_name}_{{{k + 1}}}$", (x, y), xytext=offsets[len(pv) + k],
+                    textcoords="offset points", color=PALETTE[5], fontsize=11,
+                    ha="center", va="center")
     ax.set_xlabel(f"feature {d0 + 1}")
     ax.set_ylabel(f"feature {d1 + 1}")
     ax.set_title("Each output row is a weighted average of the value rows")
@@ -607,6 +645,9 @@ def matmul_flops(m: int, p: int, n: int) -> int:
     m, p, n = _dims(m, p, n)
     return 2 * m * n * p
 
+
+MEMORY_FLOOR = "p passes over C"
+"""Key of :func:`time_matmul_views`'s memory-traffic floor of the outer-product view."""
 
 _VIEW_NAMES = ("entries", "columns", "rows", "outer products", "blocked", "lower bound")
 
@@ -649,19 +690,31 @@ def words_moved(view: str, m: int, p: int, n: int, *, tile: int = 64) -> int:
     return m * p + p * n + m * n
 
 
-def time_matmul_views(m: int, p: int, n: int, *, repeats: int = 3, seed: int = 0,
+def time_matmul_views(m: int, p: int, n: int, *, repeats: int = 5, seed: int = 0,
                       views: Mapping[str, Callable[[Any, Any], Any]] | None = None
                       ) -> dict[str, dict[str, float]]:
-    """Time each loop view of ``(m, p) @ (p, n)`` against ``A @ B`` on float64 NumPy arrays.
+    """Time each loop view of ``(m, p) @ (p, n)`` against ``A @ B``, side by side.
 
-    Returns ``{name: {"seconds": s, "ratio": s / s_matmul, "max_abs_error": e}}`` for each
-    view in ``views`` (default :data:`attncore.matmul_views.MATMUL_VIEWS`) and for ``"@"``
-    itself (ratio 1). ``max_abs_error`` compares the view's result with ``A @ B``. Times
-    are medians of ``repeats`` runs, measured with
-    :func:`attncore.lab.profiling.median_time` like every timing in the course. Wall-clock numbers
-    depend on the machine and its load: print them, do not test them.
+    ``A`` and ``B`` are float64 NumPy arrays drawn with ``seed``. The BLAS behind ``A @ B``
+    runs on one thread, as the Python loops do: the comparison is one core against one core,
+    and it cannot be spoiled by BLAS threads competing with other processes for the cores
+    (on a busy two-core machine that can make a threaded ``A @ B`` a hundred times slower).
+    Each of ``repeats`` rounds
+    times ``A @ B`` and then every view once, so that the ratios of one round compare runs
+    made under the same load on the machine; the reported ratio is the median of the
+    per-round ratios, with its interquartile range. One ``A @ B`` can be shorter than the
+    clock's resolution, so it is timed as a batch of calls lasting about a millisecond.
+
+    Returns ``{name: {"seconds", "ratio", "ratio_q1", "ratio_q3", "max_abs_error"}}`` for
+    each view in ``views`` (default :data:`attncore.matmul_views.MATMUL_VIEWS`), for
+    ``"@"`` itself (ratio 1) and for :data:`MEMORY_FLOOR`, ``p`` in-place updates
+    ``C += X`` of an ``(m, n)`` array: the outer-product view's memory traffic (every step
+    reads and writes all of ``C``) without its arithmetic, a floor under that view's time.
+    The numbers are the median seconds of one call, the median, first and third quartile
+    of the per-round ratios, and the largest difference from ``A @ B`` (NaN for the floor).
+    Wall-clock numbers depend on the machine and its load: print them, do not test them.
     """
-    from .profiling import median_time
+    from threadpoolctl import threadpool_limits
 
     m, p, n = _dims(m, p, n)
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
@@ -670,17 +723,102 @@ def time_matmul_views(m: int, p: int, n: int, *, repeats: int = 3, seed: int = 0
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, p))
     b = rng.standard_normal((p, n))
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _time_views(a, b, repeats, views)
+
+
+def _time_views(a: np.ndarray, b: np.ndarray, repeats: int,
+                views: Mapping[str, Callable[[Any, Any], Any]]) -> dict[str, dict[str, float]]:
     reference = a @ b
-    inner = 20      # one BLAS call can be shorter than the clock's noise: time 20 at once
 
-    def blas():
-        for _ in range(inner):
-            a @ b
+    start = time.perf_counter()
+    a @ b                                                    # also the warm-up
+    once = max(time.perf_counter() - start, 1e-7)
+    inner = int(min(1000, max(1, math.ceil(1e-3 / once))))
 
-    base = median_time(blas, repeats=max(repeats, 3), warmup=1) / inner
-    out = {"@": {"seconds": base, "ratio": 1.0, "max_abs_error": 0.0}}
-    for name, fn in views.items():
-        err = float(np.max(np.abs(np.asarray(fn(a, b)) - reference)))   # also the warm-up
-        s = median_time(lambda: fn(a, b), repeats=repeats, warmup=0)
-        out[name] = {"seconds": s, "ratio": s / base, "max_abs_error": err}
+    def clock(fn: Callable[[], Any], calls: int = 1) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+
+    c = np.zeros_like(reference)
+    x = np.ones_like(reference)
+
+    def stream_c():
+        # The outer-product view's memory traffic without its arithmetic: p passes that
+        # read and write all of C.
+        for _ in range(b.shape[0]):
+            np.add(c, x, out=c)
+
+    errors = {name: float(np.max(np.abs(np.asarray(fn(a, b)) - reference)))   # warm-up
+              for name, fn in views.items()}
+    stream_c()
+    seconds: dict[str, list[float]] = {"@": [], **{name: [] for name in views},
+                                       MEMORY_FLOOR: []}
+    for _ in range(repeats):
+        seconds["@"].append(clock(lambda: a @ b, inner))
+        for name, fn in views.items():
+            seconds[name].append(clock(lambda: fn(a, b)))
+        seconds[MEMORY_FLOOR].append(clock(stream_c))
+    base = np.array(seconds["@"])
+    out = {"@": {"seconds": float(np.median(base)), "ratio": 1.0, "ratio_q1": 1.0,
+                 "ratio_q3": 1.0, "max_abs_error": 0.0}}
+    for name in [*views, MEMORY_FLOOR]:
+        ratios = np.array(seconds[name]) / base
+        q1, median, q3 = np.percentile(ratios, [25, 50, 75])
+        out[name] = {"seconds": float(np.median(seconds[name])), "ratio": float(median),
+                     "ratio_q1": float(q1), "ratio_q3": float(q3),
+                     "max_abs_error": errors.get(name, float("nan"))}
     return out
+
+
+def draw_view_timings(results: Mapping[int, Mapping[str, Mapping[str, float]]], *,
+                      title: str = "Loop views against A @ B: same flops, different speed"):
+    """Bar chart of :func:`time_matmul_views` results at several sizes.
+
+    results : ``{size: time_matmul_views(size, size, size)}``, square products. One group of
+    bars per view (``"@"`` left out), one bar per size, on a logarithmic axis of "time as a
+    multiple of ``A @ B``"; the whiskers span each ratio's interquartile range.
+    Returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    if not results:
+        raise ValueError("results: expected at least one size, got none")
+    sizes = list(results)
+    names = [name for name in next(iter(results.values())) if name not in ("@", MEMORY_FLOOR)]
+    fig, ax = plt.subplots(figsize=(7.2, 0.9 + 0.75 * len(names) + 0.2 * len(sizes)))
+    height = 0.8 / len(sizes)
+    for k, size in enumerate(sizes):
+        rows = [results[size][name] for name in names]
+        median = np.array([r["ratio"] for r in rows])
+        low = median - np.array([r.get("ratio_q1", r["ratio"]) for r in rows])
+        high = np.array([r.get("ratio_q3", r["ratio"]) for r in rows]) - median
+        ax.barh(np.arange(len(names)) + height * (k - (len(sizes) - 1) / 2), median,
+                height=height * 0.9, xerr=[low, high], capsize=2,
+                color=PALETTE[k % len(PALETTE)], label=f"{size}×{size}×{size}",
+                error_kw={"elinewidth": 1, "ecolor": "#333333"})
+    ax.set_yticks(np.arange(len(names)), names, fontsize=10)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    # one label per power of ten, no minor labels: nothing can overlap
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=12))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}×"))
+    ax.tick_params(axis="x", labelsize=10)
+    lo = min(results[s][v].get("ratio_q1", results[s][v]["ratio"]) for s in sizes
+             for v in names)
+    hi = max(results[s][v].get("ratio_q3", results[s][v]["ratio"]) for s in sizes
+             for v in names)
+    ax.set_xlim(10 ** math.floor(math.log10(min(lo, 1.0))),
+                10 ** math.ceil(math.log10(hi) + 0.05))
+    ax.axvline(1.0, color="#333333", linewidth=1, linestyle=":")
+    ax.set_xlabel("time as a multiple of the time of A @ B (log scale)", fontsize=10)
+    ax.set_title(title, fontsize=11)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(title="size m×p×n", fontsize=9, title_fontsize=9, loc="best",
+              framealpha=0.95)
+    fig.tight_layout()
+    return fig

