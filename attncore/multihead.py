@@ -444,15 +444,26 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     """
     return_weights = check_flag("return_weights", return_weights)
     layer = _check_layer(params, x_q, x_kv, mask, causal)
+    q, k, v = _project_heads(params, layer, x_q)
+    return _attend_heads(params, layer, q, k, v, mask, return_weights)
+
+
+def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[Any, Any, Any]:
+    """``q, k, v`` of every head, ``(..., num_heads, n, d_head)``."""
     h = params.num_heads
-    q = split_heads(_linear(x_q, params.w_q, params.b_q, layer), h)
-    k = split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h)
-    v = split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h)
+    return (split_heads(_linear(x_q, params.w_q, params.b_q, layer), h),
+            split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h),
+            split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h))
+
+
+def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
+                  return_weights: bool) -> Any:
+    """Attention in every head, the heads merged and projected by ``W_O``."""
     if mask is not None and mask.ndim > 2:
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
-    shape = AttentionShape(backend_of(q=q), layer.batch + (h,), layer.n_q, layer.n_k,
-                           params.d_head, params.d_head, 1.0 / math.sqrt(params.d_head),
-                           layer.causal)
+    shape = AttentionShape(backend_of(q=q), layer.batch + (params.num_heads,), layer.n_q,
+                           layer.n_k, params.d_head, params.d_head,
+                           1.0 / math.sqrt(params.d_head), layer.causal)
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
     heads, weights = result if return_weights else (result, None)
     out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))

@@ -49,7 +49,6 @@ import numpy as np
 
 from ._backend import (
     NUMPY,
-    AttentionShape,
     backend_of,
     check_all_finite,
     check_flag,
@@ -61,16 +60,7 @@ from ._backend import (
     is_floating,
     shape_of,
 )
-from .attention import attend
-from .multihead import (
-    MultiHeadParams,
-    _check_layer,
-    _check_output,
-    _heads_guard,
-    _linear,
-    merge_heads,
-    split_heads,
-)
+from .multihead import MultiHeadParams, _attend_heads, _check_layer, _project_heads
 
 __all__ = ["position_frequencies", "rope", "rope_multi_head_attention", "sinusoidal_positions"]
 
@@ -301,17 +291,6 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
         raise ValueError(f"params: expected an even head width d_head for RoPE, got "
                          f"d_head={params.d_head} (d_model={params.d_model}, "
                          f"num_heads={params.num_heads})")
-    h = params.num_heads
-    q = split_heads(_linear(x, params.w_q, params.b_q, layer), h)
-    k = split_heads(_linear(x, params.w_k, params.b_k, layer), h)
-    v = split_heads(_linear(x, params.w_v, params.b_v, layer), h)
+    q, k, v = _project_heads(params, layer, x)
     q, k = rope(q, positions, base=base), rope(k, positions, base=base)
-    if mask is not None and mask.ndim > 2:
-        mask = mask[..., None, :, :]          # one mask for all heads: a head axis of size 1
-    shape = AttentionShape(backend_of(x=x), layer.batch + (h,), layer.n_q, layer.n_k,
-                           params.d_head, params.d_head, 1.0 / math.sqrt(params.d_head),
-                           layer.causal)
-    result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
-    heads, weights = result if return_weights else (result, None)
-    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
-    return (out, weights) if return_weights else out
+    return _attend_heads(params, layer, q, k, v, mask, return_weights)
