@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from ..attention import scaled_dot_product_attention
-from .profiling import peak_memory_bytes, ratio_spread, rotated_rounds, side_by_side
+from .profiling import (
+    check_rounds,
+    peak_memory_bytes,
+    ratio_spread,
+    rotated_rounds,
+    side_by_side,
+)
 from ..tiled import tiled_attention
 
 D_K = 64
@@ -78,6 +84,7 @@ def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = 
     """
     import torch
 
+    check_rounds(rounds)
     for w in widths:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1 or d_model % w:
             raise ValueError(f"widths: expected positive divisors of d_model={d_model}, "

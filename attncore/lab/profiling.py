@@ -61,6 +61,14 @@ def side_by_side(fns: dict[str, Callable[[], Any]], *, repeats: int = 5,
     return {name: statistics.median(ts) for name, ts in rounds.items()}
 
 
+def check_rounds(rounds: Any) -> int:
+    """``rounds`` if it is an integer of at least 9 (the course's rule for a reported
+    ratio), else ``ValueError``."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 9:
+        raise ValueError(f"rounds: expected at least 9 rotated rounds, got {rounds!r}")
+    return rounds
+
+
 def rotated_rounds(fns: dict[str, Callable[[], Any]], *, rounds: int = 9,
                    min_sample_s: float = 0.0, device: Any = None) -> dict[str, list[float]]:
     """Seconds per call of each function, measured in ``rounds`` rounds whose order rotates.
@@ -76,8 +84,7 @@ def rotated_rounds(fns: dict[str, Callable[[], Any]], *, rounds: int = 9,
     count. ``rounds`` must be at least 9, the course's rule for a reported ratio.
     Pass ``device`` (e.g. ``"cuda"``) to synchronise before each reading of the clock.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 9:
-        raise ValueError(f"rounds: expected at least 9 rotated rounds, got {rounds!r}")
+    check_rounds(rounds)
     counts = {}
     for name, fn in fns.items():
         first = median_time(fn, repeats=1, warmup=0, device=device)
