@@ -323,12 +323,57 @@ def tiled_table(r: dict) -> list[str]:
     return lines
 
 
+def targets_table(r: dict) -> list[str]:
+    """One line per target: where it is measured, the median [IQR], met or missed."""
+    lines = ["### The targets", "",
+             "| figure | where | target | measured, median [IQR] | |",
+             "|:---|:---|---:|:---|:---|"]
+
+    def add(figure: str, where: str, target: float, stats: list[tuple[str, dict]]) -> None:
+        worst = max(s["median"] for _, s in stats)
+        measured = "; ".join(f"{label} {spread(s)}" if label else spread(s)
+                             for label, s in stats)
+        lines.append(f"| {figure} | {where} | at most {target} | {measured} | "
+                     f"{verdict(worst, target)} |")
+
+    for row in r["torch"]:
+        target = TARGETS["torch_n256"] if row["n"] < 1024 else TARGETS["torch"]
+        add("torch backend / `F.sdpa`", f"{row['heads']} head(s), N = {row['n']}", target,
+            [(f"{rank}-D", row["vs_sdpa"][f"attncore {rank}-D"]) for rank in row["ranks"]])
+    for row in r["multihead"]:
+        add("unbatched / batched `multi_head_attention` (torch)", f"N = {row['n']}",
+            TARGETS["multihead"], [("", row["ratio"])])
+    for row in r["bare"]:
+        target = TARGETS["bare_n256"] if row["n"] < 1024 else TARGETS["bare"]
+        add("NumPy attncore / bare in-place NumPy", f"{row['heads']} head(s), N = {row['n']}",
+            target, [("", row["vs_bare"]["attncore"])])
+    for row in r["products"]:
+        if row["n"] == 2048:
+            add("NumPy attncore / its two products", "8 heads, N = 2048",
+                TARGETS["numpy_products"], [("", row["vs_products"]["attncore"])])
+    default = r["default_block"]
+    for row in r["tiled"]:
+        b = next(b for b in row["rows"] if b["block_size"] == default)
+        target = TARGETS["tiled_time_1024"] if row["n"] < 4096 else TARGETS["tiled_time"]
+        add(f"tiled / naive time (block {default})", f"{row['heads']} head(s), N = {row['n']}",
+            target, [("", b["time"])])
+        if row["n"] >= 16384:
+            lines.append(f"| tiled / naive peak memory (block {default}) | {row['heads']} "
+                         f"head(s), N = {row['n']} | at most {TARGETS['tiled_memory']} | "
+                         f"{b['memory_ratio']:.3f} ({mib(b['bytes'])} MiB against "
+                         f"{mib(row['naive_bytes'])} MiB) | "
+                         f"{verdict(b['memory_ratio'], TARGETS['tiled_memory'])} |")
+    lines += ["", "A row is met when its median (the worst median of its input ranks) is at "
+              "most the target; the quartiles show how far the rounds scattered around it."]
+    return lines
+
+
 def cpu_markdown(r: dict, command: str) -> str:
     lines = [f"Every figure: the median of {r['rounds']} per-round ratios [interquartile "
              "range], the two computations timed side by side in rotated rounds in one "
              "process; the load on the machine was sampled while each table ran. "
              f"Produced by `{command}`.", ""]
-    lines += torch_tables(r) + [""] + numpy_tables(r) + [""]
+    lines += targets_table(r) + [""] + torch_tables(r) + [""] + numpy_tables(r) + [""]
     lines += ["### Share of the sgemm peak", ""] + peak_table(r["peak"][0], "one thread")
     lines += [""] + peak_table(r["peak_all_cores"][0], f"{os.cpu_count()} threads")
     lines += [""] + projection_table(r) + [""] + tiled_table(r)

@@ -38,6 +38,9 @@ def test_the_cpu_benchmark_writes_its_tables_and_plot(tiny, tmp_path):
     assert re.search(r"\| \d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\] \|", md)
     assert md.count("Load during this table: load average (1 min)") >= 6
     assert "sgemm" in md and "ns per float32 element" in md
+    # the targets come first, one row per figure, each met or missed
+    targets = md.split("### The targets")[1].split("###")[0]
+    assert targets.count(" | met |") + targets.count(" | **missed** |") >= len(TINY["torch"]) + 5
     for target in ("at most 1.25", "at most 1.05", "at most 1.15", "at most 1.3"):
         assert target in md
     assert f"default block ({run.default_block_size()})" in md
