@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attncore as ac
+from attncore.lab.autograd_reference import attention_autograd
 from attncore.lab.profiling import peak_memory_bytes
 
 # Gradients agree with a float64 autograd reference to these (absolute, for O(1) inputs).
@@ -30,24 +31,9 @@ def qkv_g(rng, batch, n_q, n_k, d_k, d_v, dtype=np.float64):
             rng.standard_normal(batch + (n_q, d_v)).astype(dtype))
 
 
-def autograd_reference(q, k, v, g, *, mask=None, causal=False, scale=None):
-    """dq, dk, dv by torch autograd through attention written in plain torch (float64, no
-    attncore): masked scores -inf; a row with no admissible key gets zero weights."""
-    q, k, v = (torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = scale * q @ k.transpose(-1, -2)
-    allowed = torch.ones(s.shape, dtype=torch.bool)
-    if mask is not None:
-        allowed = allowed & torch.from_numpy(np.asarray(mask))
-    if causal:
-        allowed = allowed & torch.ones(s.shape[-2:], dtype=torch.bool).tril()
-    has_key = allowed.any(dim=-1, keepdim=True)
-    # (an empty row is filled with zeros before the softmax, so that it stays finite, and
-    # its weights are then multiplied by 0)
-    s = s.masked_fill(~allowed, float("-inf")).masked_fill(~has_key, 0.0)
-    a = torch.softmax(s, dim=-1) * has_key
-    (a @ v).backward(torch.tensor(np.asarray(g, np.float64)))
-    return [x.grad.numpy() for x in (q, k, v)]
+def autograd_reference(q, k, v, g, **kw):
+    """dq, dk, dv by torch autograd through attention in plain torch (float64)."""
+    return list(attention_autograd(q, k, v, g, **kw)[-3:])
 
 
 def both_backwards(q, k, v, g, *, block_size, **kw):
@@ -72,6 +58,43 @@ def assert_gradients(got, want, tol, what=""):
     for name, a, b in zip(("dq", "dk", "dv"), got, want):
         assert a.shape == b.shape, (what, name)
         assert max_err(a, b) < tol, (what, name, max_err(a, b))
+
+
+# --- the reference itself: torch autograd, every intermediate --------------------------------
+
+@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"scale": 0.3, "mask": "random"}])
+def test_autograd_reference_is_torchs_own_attention(kw):
+    # Where every row has a key, the lab's plain-torch attention has the gradients of
+    # PyTorch's scaled_dot_product_attention (math kernel, float64).
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(0)
+    q, k, v, g = qkv_g(rng, (2, 2), 6, 7, 3, 4)
+    kw = dict(kw)
+    if kw.get("mask") == "random":
+        kw["mask"] = rng.random((2, 2, 6, 7)) > 0.4
+        kw["mask"][..., 0] = True
+    ref = attention_autograd(q, k, v, g, **kw)
+    leaves = [torch.from_numpy(x).requires_grad_(True) for x in (q, k, v)]
+    m = None if "mask" not in kw else torch.from_numpy(kw["mask"])
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=m, is_causal=kw.get("causal",
+                                         False), scale=kw.get("scale"))
+    out.backward(torch.from_numpy(g))
+    assert max_err(ref.out, out.detach()) < 1e-12
+    assert_gradients(ref[-3:], [x.grad.numpy() for x in leaves], 1e-12)
+    # the intermediates: dA = dO V^T, and each row of dS sums to 0
+    assert max_err(ref.d_a, g @ v.swapaxes(-1, -2)) < 1e-12
+    assert np.abs(ref.d_s.sum(-1)).max() < 1e-12
+
+
+def test_autograd_reference_gives_empty_rows_zeros():
+    rng = np.random.default_rng(1)
+    q, k, v, g = qkv_g(rng, (), 4, 5, 3, 2)
+    mask = np.ones((4, 5), dtype=bool)
+    mask[2] = False
+    ref = attention_autograd(torch.from_numpy(q), k, v, g, mask=torch.from_numpy(mask))
+    assert not ref.a[2].any() and not ref.out[2].any() and not ref.d_q[2].any()
+    assert not ref.d_s[~mask].any() and all(np.isfinite(x).all() for x in ref)
 
 
 # --- the gradients of autograd -------------------------------------------------------------
@@ -357,6 +380,29 @@ def test_tiled_backward_memory_is_linear_in_n():
     assert tiled < n * n * q.itemsize / 5
     reference = peak_memory_bytes(lambda: ac.attention_backward(q, k, v, g))
     assert reference > 2 * n * n * q.itemsize
+
+
+# --- flops: one product more than a backward pass that keeps the weights -------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tiled_backward_pass_runs_five_products_per_block(causal):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncore.lab.exercises.backward_pass import causal_tiled_backward_flops
+
+    n, d, block = 96, 8, 32
+    want = causal_tiled_backward_flops(n, block, d) if causal else 5 * 2 * n * n * d
+    q, k, v, g = (torch.randn(n, d, dtype=torch.float64) for _ in range(4))
+    out, lse = ac.tiled_attention(q, k, v, block_size=block, causal=causal, return_lse=True)
+    with FlopCounterMode(display=False) as counter:
+        ac.tiled_attention_backward(q, k, v, g, out=out, lse=lse, block_size=block,
+                                    causal=causal)
+    assert counter.get_total_flops() == want
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out = ac.tiled_attention(*leaves, block_size=block, causal=causal)
+    with FlopCounterMode(display=False) as counter:
+        out.backward(g)
+    assert counter.get_total_flops() == want
 
 
 # --- bad input: the forward pass's errors, and errors that name the new arguments ---------
