@@ -13,6 +13,9 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   ``torch.nn.MultiheadAttention``
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
   online-softmax state it merges
+* ``backward.py``      -- :func:`attention_backward` and :func:`tiled_attention_backward`:
+  the gradients of q, k and v by hand, with the weights formed, and block by block from the
+  forward pass's output and row log-sum-exp (FlashAttention's backward pass)
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
   :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
@@ -32,6 +35,7 @@ above (``attncore.pretrained.MiniLM.load()``).
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
+from .backward import attention_backward, tiled_attention_backward
 from .matmul_views import (
     MATMUL_VIEWS,
     matmul_by_columns,
@@ -73,6 +77,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MATMUL_VIEWS",
+    "attention_backward",
+    "tiled_attention_backward",
     "MultiHeadParams",
     "SoftmaxState",
     "finalize_softmax_state",

@@ -138,6 +138,17 @@ ANSWERS: dict[str, Answers] = {
     "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
                                    wrong={"my_stall": "65504"}),   # overflow, not the stall
     # --- end of chapter 7 -----------------------------------------------------------------
+    # --- chapter 8, the backward pass of attention (08_backward_pass.ipynb) ----------------
+    "ex-backward-one-row": Answers(
+        right={"my_ds": "[20 / 49, -18 / 49, -2 / 49]", "my_dq": "[22 / 49, -18 / 49]"},
+        # the row-sum term forgotten: dS = A * dA
+        wrong={"my_ds": "[4 / 7, -2 / 7, 0.0]"}),
+    "ex-backward-missing-term": Answers(right={"my_wrong_gradients": '{"dq", "dk"}'},
+                                        wrong={"my_wrong_gradients": '{"dq", "dk", "dv"}'}),
+    "ex-backward-causal-flops": Answers(
+        right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
+        wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
+    # --- end of chapter 8 -----------------------------------------------------------------
     # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"

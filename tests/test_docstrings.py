@@ -8,8 +8,8 @@ import importlib
 
 import pytest
 
-MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.masks",
-           "attncore.matmul_views", "attncore.multihead", "attncore.softmax",
+MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.backward",
+           "attncore.masks", "attncore.matmul_views", "attncore.multihead", "attncore.softmax",
            "attncore.testing", "attncore.tiled"]
 
 

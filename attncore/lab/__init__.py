@@ -15,7 +15,10 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``plotting.py``      -- attention heatmaps
 * ``diagrams.py``      -- block diagrams of scaled dot-product and multi-head attention
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
-* ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
+* ``comparisons.py``   -- side-by-side measurements of naive and tiled attention (forward and
+  backward passes)
+* ``autograd_reference.py`` -- every gradient of attention by torch autograd, to check the
+  backward pass derived by hand against
 * ``bert_reference.py``, ``head_patterns.py``, ``score_statistics.py``, ``ablation.py``,
   ``sentences.py`` -- for the pretrained MiniLM: a PyTorch-layer reference, what each head
   attends to, query/key moments against the 1/sqrt(d_k) theory, head removal, small corpora
