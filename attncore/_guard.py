@@ -40,6 +40,7 @@ from ._backend import (
     AttentionShape,
     dtype_name,
     find_non_finite,
+    group_heads,
     non_finite_error,
     under_vmap,
 )
@@ -170,8 +171,11 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     bad = find_non_finite(**arrays)
     if bad is not None:
         raise non_finite_error(bad, arrays[bad])
-    if not qk_ok and not scores_are_finite(q, k, shape.scale):
-        raise overflow_error(q, inputs, scores)
+    if not qk_ok:
+        if shape.group > 1:          # grouped-query attention: the scores of the groups
+            q, k = group_heads(q, k, v, None, shape)[:2]
+        if not scores_are_finite(q, k, shape.scale):
+            raise overflow_error(q, inputs, scores)
     return Guard(False, None if v_ok else _column_powers_of_two(v))
 
 
@@ -215,7 +219,7 @@ def _column_powers_of_two(v: Any) -> Any:
 
 def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
                 names: tuple[str, str] = ("x_q", "x_kv"), rows_q: int, rows_k: int,
-                n_k: int, d_head: int) -> bool:
+                n_k: int, d_head: int, group: int = 1) -> bool:
     """The certificate of :func:`attention_guard` for a whole multi-head layer.
 
     ``x_q`` and ``x_kv`` are the caller's inputs (the same array for self-attention),
@@ -225,7 +229,8 @@ def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
     projections are bounded by ``||X W + 1 b^T||_F <= ||X||_F ||W||_F + sqrt(rows) ||b||``
     and must fit in the inputs' own dtype (they are computed in it); each head's output
     row is an average of value rows, so the concatenated heads are bounded by
-    ``sqrt(rows_q)`` times the values' norm. (A rotation of the queries and keys, as RoPE
+    ``sqrt(rows_q)`` times the values' norm (times ``sqrt(group)`` when ``group`` query
+    heads share each key/value head, as in grouped-query attention). (A rotation of the queries and keys, as RoPE
     applies, keeps these norms.) Returns True if the layer cannot produce a non-finite
     number. Otherwise raises ``ValueError`` naming the first non-finite input, or returns
     False: then the caller checks the projections, runs :func:`attention_guard` on them
@@ -243,7 +248,7 @@ def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
     q = xq_norm * wq + rq * bq
     k = xkv_norm * wk + rk * bk
     v = xkv_norm * wv + rk * bv
-    heads = rq * v
+    heads = rq * math.sqrt(group) * v
     in_dtype = [xq_norm * wq, xkv_norm * wk, xkv_norm * wv, q, k, v, heads * wo,
                 heads * wo + rq * bo]
     s = 1.0 / math.sqrt(d_head)
