@@ -77,11 +77,12 @@ def norms(*arrays: Any) -> list[float]:
         out = []
         with np.errstate(over="ignore", invalid="ignore"):    # an overflow gives inf: fine
             for x in arrays:
+                x, repeats = _unbroadcast(x)
                 if is_low_precision(x):
                     x = x.astype(np.float32)
                 # ravel() is a view for contiguous arrays; dot is the fastest sum of squares
                 flat = x.ravel()
-                out.append(math.sqrt(float(np.dot(flat, flat))))
+                out.append(math.sqrt(repeats * float(np.dot(flat, flat))))
         return out
     torch = sys.modules["torch"]
     found = []
@@ -95,6 +96,17 @@ def norms(*arrays: Any) -> list[float]:
     if found[0].device.type == "cpu":
         return [float(n) for n in found]
     return torch.stack(found).tolist()       # one wait for the device instead of several
+
+
+def _unbroadcast(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """A broadcast view (axes of stride 0, as grouped-query attention makes of the keys and
+    values) as the data it repeats and the number of repeats, so that its norm costs no
+    copy: ``||x||^2 = repeats * ||data||^2``."""
+    if 0 not in x.strides or not x.size:
+        return x, 1
+    index = tuple(slice(0, 1) if step == 0 else slice(None) for step in x.strides)
+    repeats = math.prod(n for n, step in zip(x.shape, x.strides) if step == 0)
+    return x[index], repeats
 
 
 def overflow_error(x: Any, inputs: str = "q, k or scale",

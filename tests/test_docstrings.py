@@ -10,7 +10,7 @@ import pytest
 
 MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.masks",
            "attncore.matmul_views", "attncore.multihead", "attncore.softmax",
-           "attncore.testing", "attncore.tiled"]
+           "attncore.testing", "attncore.tiled", "attncore.kvcache"]
 
 
 @pytest.mark.parametrize("name", MODULES)
