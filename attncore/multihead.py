@@ -87,9 +87,8 @@ class MultiHeadParams:
         Bias of the output.
     num_heads : int
         Must divide ``d_model``; each head has width ``d_head = d_model // num_heads``.
-
-    The number of key/value heads, :attr:`n_kv_heads`, is read from the width of ``w_k``;
-    it must divide ``num_heads``.
+        The number of key/value heads, :attr:`n_kv_heads`, is read from the width of
+        ``w_k``; it must divide ``num_heads``.
 
     Raises
     ------
