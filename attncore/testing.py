@@ -142,7 +142,7 @@ class AttentionCheck:
                 return r
         raise KeyError(f"name: expected one of {list(PROPERTIES)}, got {name!r}")
 
-    def summary(self, width: int = 88) -> str:
+    def summary(self, width: int = 80) -> str:
         """The report as lines of at most ``width`` characters."""
         counts = {s: sum(r.status == s for r in self.results)
                   for s in ("passed", "failed", "skipped")}

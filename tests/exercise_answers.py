@@ -66,6 +66,30 @@ ANSWERS: dict[str, Answers] = {
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
         wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+    "ex-sdpa-your-attention": Answers(
+        right={"my_attention": """def my_attention(q, k, v, mask=None, causal=False):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    allowed = np.ones(s.shape, dtype=bool)
+    if mask is not None:
+        allowed &= mask
+    if causal:
+        allowed &= np.tril(np.ones(s.shape[-2:], dtype=bool))
+    s = np.where(allowed, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    w = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return w @ v"""},
+        # the mask applied after the softmax: masked keys' weight is dropped, not renormalised
+        wrong={"my_attention": """def my_attention(q, k, v, mask=None, causal=False):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    w = e / e.sum(axis=-1, keepdims=True)
+    if mask is not None:
+        w = w * mask
+    return w @ v"""}),
     # --- end of chapters 3 and 4 ---
     # chapter 6, positions (attncore/lab/exercises/positions.py)
     "ex-positions-offset-matrix": Answers(

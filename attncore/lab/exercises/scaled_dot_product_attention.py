@@ -102,3 +102,22 @@ def prefer_another_token(x: Any, w_q: Any, w_k: Any) -> Verdict:
     return Verdict(False, f"token 1 gives {weights[0, 0]:.3f} of its weight to itself and "
                           f"{weights[0, 1]:.3f} to token 2; make its query point more "
                           "towards key 2 than towards key 1.")
+
+
+@exercise("ex-sdpa-your-attention")
+def your_attention(fn: Any) -> Verdict:
+    """A reader-written ``my_attention(q, k, v, mask=None, causal=False)``, put through the
+    course's property suite (:func:`attncore.testing.check_attention`)."""
+    from ...testing import check_attention
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_attention(q, k, v, mask=None, "
+                              f"causal=False), got {type(fn).__name__}")
+    report = check_attention(fn)
+    if report.passed:
+        return Verdict(True, f"your function has all {len(report.results)} properties the "
+                             "course checks, including agreement with PyTorch's attention.")
+    failed = report.failed
+    return Verdict(False, f"{len(failed)} of the properties failed ({', '.join(failed)}). "
+                          "print(ac.testing.check_attention(my_attention)) shows the small "
+                          "input each one failed on.")
