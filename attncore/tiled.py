@@ -45,7 +45,9 @@ from ._backend import (
     check_min_rank,
     check_same_dtype,
     check_size,
+    group_heads,
     shape_of,
+    ungroup_heads,
     under_vmap,
 )
 from ._guard import attention_guard, is_low_precision
@@ -333,7 +335,8 @@ def finalize_softmax_state(state: SoftmaxState) -> Any:
 # --- tiled attention ---------------------------------------------------------------------
 
 def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any = None,
-                    causal: bool = False, scale: Any = None, return_lse: bool = False) -> Any:
+                    causal: bool = False, scale: Any = None, enable_gqa: bool = False,
+                    return_lse: bool = False) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
 
     Same inputs, checks and result as :func:`~attncore.scaled_dot_product_attention`
@@ -353,6 +356,9 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
         Forbid key ``j > i`` for query ``i`` (top-left aligned, like the reference).
     scale : real scalar, optional
         Multiplies the scores; default ``1 / sqrt(d_k)``.
+    enable_gqa : bool, default False
+        Grouped-query attention: ``k`` and ``v`` may have fewer heads (axis -3) than ``q``,
+        a divisor of its number of heads, as in the reference; no key or value is copied.
     return_lse : bool, default False
         Also return the row log-sum-exp of the scores, which the backward pass needs
         (:func:`~attncore.tiled_attention_backward`).
@@ -393,9 +399,22 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
     block's scores and probabilities from it, with the same memory bound: the gradients
     equal those of the reference.
     """
-    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale)
+    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
+                                   enable_gqa=enable_gqa)
     block_size = check_size("block_size", block_size)
     return_lse = check_flag("return_lse", return_lse)
+    if shape.group > 1:
+        # Grouped-query attention: the same loop on grouped views of the same arrays
+        # (group_heads), after the value checks in the caller's terms.
+        attention_guard(q, k, v, shape)
+        q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
+        result = tiled_attention(q, k, v, block_size=block_size, mask=mask,
+                                 causal=grouped.causal, scale=grouped.scale,
+                                 return_lse=return_lse)
+        if not return_lse:
+            return ungroup_heads(result, shape)
+        out, lse = result
+        return ungroup_heads(out, shape), lse.reshape(shape.batch + (shape.n_q,))
     if shape.backend == NUMPY:
         qw, kw, vw = (x.astype(np.float32) for x in (q, k, v)) if is_low_precision(q) \
             else (q, k, v)
