@@ -13,6 +13,12 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   ``torch.nn.MultiheadAttention``
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
   online-softmax state it merges
+* ``backward.py``      -- :func:`attention_backward` and :func:`tiled_attention_backward`:
+  the gradients of q, k and v by hand, with the weights formed, and block by block from the
+  forward pass's output and row log-sum-exp (FlashAttention's backward pass)
+* ``kvcache.py``       -- :class:`KVCache`, :func:`decode_step` and :func:`decode`: decoding
+  a causal layer one token at a time with cached keys and values, and the
+  :func:`bottom_right_causal_mask` of new queries against them
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
   :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
@@ -32,6 +38,7 @@ above (``attncore.pretrained.MiniLM.load()``).
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
+from .backward import attention_backward, tiled_attention_backward
 from .matmul_views import (
     MATMUL_VIEWS,
     matmul_by_columns,
@@ -66,6 +73,9 @@ from .tiled import (
     tiled_attention,
 )
 
+# decoding with a KV cache (after multihead, which it builds on)
+from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step
+
 # a real pretrained model computed with the core above (imports no optional library)
 from . import pretrained
 
@@ -73,6 +83,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MATMUL_VIEWS",
+    "attention_backward",
+    "tiled_attention_backward",
     "MultiHeadParams",
     "SoftmaxState",
     "finalize_softmax_state",
@@ -98,4 +110,8 @@ __all__ = [
     "rope",
     "rope_multi_head_attention",
     "sinusoidal_positions",
+    "KVCache",
+    "bottom_right_causal_mask",
+    "decode",
+    "decode_step",
 ]

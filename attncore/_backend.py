@@ -274,6 +274,7 @@ class AttentionShape(NamedTuple):
     d_v: int
     scale: float          # the scale actually used: the caller's, or 1 / sqrt(d_k)
     causal: bool
+    group: int = 1        # query heads per key/value head (> 1 only with enable_gqa)
 
 
 def check_mask(mask: Any, batch: tuple[int, ...], n_q: int, n_k: int, *,
@@ -312,14 +313,16 @@ def check_mask(mask: Any, batch: tuple[int, ...], n_q: int, n_k: int, *,
 
 
 def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: Any = False,
-                           scale: Any = None) -> AttentionShape:
+                           scale: Any = None, enable_gqa: Any = False) -> AttentionShape:
     """Validate the arguments of an attention call (everything but their values).
 
     Shared by every attention variant in attncore, so that all of them reject the same bad
     input with the same message. Whether the values are finite, and whether the scores fit
-    in the dtype, is checked by :func:`attncore._guard.attention_guard`.
+    in the dtype, is checked by :func:`attncore._guard.attention_guard`. With
+    ``enable_gqa=True``, ``k`` and ``v`` may have fewer heads (axis -3) than ``q``: see
+    :func:`check_query_groups`.
     """
-    fast = _fast_path(q, k, v, mask, causal, scale)
+    fast = _fast_path(q, k, v, mask, causal, scale, enable_gqa)
     if fast is not None:
         return fast
     backend = backend_of(q=q, k=k, v=v, mask=mask)
@@ -338,9 +341,13 @@ def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: 
     if ks[-2] != vs[-2]:
         raise ValueError(f"k and v must have the same n_k (one value per key): k has shape "
                          f"{ks} (n_k={ks[-2]}), v has shape {vs} (n_k={vs[-2]})")
+    enable_gqa = check_flag("enable_gqa", enable_gqa)
+    group = 1
     if not qs[:-2] == ks[:-2] == vs[:-2]:
-        raise ValueError(f"q, k and v must have the same batch shape (...): got q {qs}, "
-                         f"k {ks}, v {vs}")
+        if not enable_gqa:
+            raise ValueError(f"q, k and v must have the same batch shape (...): got q {qs}, "
+                             f"k {ks}, v {vs}")
+        group = check_query_groups(qs, ks, vs)
     batch, n_q, n_k = qs[:-2], qs[-2], ks[-2]
     if mask is not None:
         check_mask(mask, batch, n_q, n_k)
@@ -348,16 +355,79 @@ def check_attention_inputs(q: Any, k: Any, v: Any, *, mask: Any = None, causal: 
     scale = check_scale(scale)
     if scale is None:
         scale = 1.0 / math.sqrt(qs[-1])
-    return AttentionShape(backend, batch, n_q, n_k, qs[-1], vs[-1], scale, causal)
+    return AttentionShape(backend, batch, n_q, n_k, qs[-1], vs[-1], scale, causal, group)
 
 
-def _fast_path(q: Any, k: Any, v: Any, mask: Any, causal: Any,
-               scale: Any) -> AttentionShape | None:
-    """The common call (no mask, a bool flag, a float or default scale, matching inputs),
+def check_query_groups(qs: tuple[int, ...], ks: tuple[int, ...], vs: tuple[int, ...]) -> int:
+    """The group size ``H_q / H_kv`` of grouped-query attention, after checking the shapes.
+
+    ``qs``, ``ks``, ``vs`` are the shapes of ``q``, ``k``, ``v``, whose batch shapes differ.
+    ``q`` is ``(..., H_q, n_q, d_k)`` and ``k``, ``v`` are ``(..., H_kv, n_k, d)``: the same
+    leading axes ``...``, the same number ``H_kv`` of heads, and ``H_kv`` a divisor of
+    ``H_q``, so that query head ``h`` reads key/value head ``h // (H_q / H_kv)`` (as
+    PyTorch's ``enable_gqa`` does). Anything else is a ``ValueError``.
+    """
+    if not len(qs) == len(ks) == len(vs) or len(qs) < 3 or not qs[:-3] == ks[:-3] == vs[:-3]:
+        raise ValueError(f"q, k and v must have the same batch shape (...) apart from the "
+                         f"heads axis -3 (enable_gqa=True): got q {qs}, k {ks}, v {vs}")
+    h_q, h_kv = qs[-3], ks[-3]
+    if vs[-3] != h_kv:
+        raise ValueError(f"k and v must have the same number of heads (axis -3): k has shape "
+                         f"{ks} ({h_kv} heads), v has shape {vs} ({vs[-3]} heads)")
+    if h_kv == 0 or h_q == 0 or h_q % h_kv:
+        raise ValueError(f"enable_gqa=True: expected the number of query heads (axis -3 of "
+                         f"q) to be a positive multiple of the number of key/value heads "
+                         f"(axis -3 of k and v), got q of shape {qs} ({h_q} heads) and k of "
+                         f"shape {ks} ({h_kv} heads)")
+    return h_q // h_kv
+
+
+def group_heads(q: Any, k: Any, v: Any, mask: Any,
+                shape: AttentionShape) -> tuple[Any, Any, Any, Any, AttentionShape]:
+    """Grouped-query attention as ordinary attention on views: nothing is copied.
+
+    With ``g = shape.group`` query heads per key/value head, ``q`` of shape
+    ``(..., H_kv * g, n_q, d_k)`` is reshaped to ``(..., H_kv, g, n_q, d_k)`` (query head
+    ``h`` is entry ``(h // g, h % g)``), and ``k``, ``v`` of shape ``(..., H_kv, n_k, d)``
+    get a group axis on which they are *broadcast*, ``(..., H_kv, g, n_k, d)`` with stride
+    0: the ``g`` query heads of a group read the same keys and values. Repeating the
+    key/value heads (``repeat_interleave``) would give the same numbers but copy the keys
+    and values ``g`` times, the very memory that sharing them saves. A mask with a heads
+    axis is reshaped the same way. Returns the views and the shape of the grouped problem
+    (``group = 1``); :func:`ungroup_heads` turns its result back into ``q``'s layout.
+    """
+    g = shape.group
+    batch = shape.batch[:-1] + (shape.batch[-1] // g, g)
+    q = q.reshape(batch + (shape.n_q, shape.d_k))
+    k, v = (_broadcast_group(x, batch) for x in (k, v))
+    if mask is not None and mask.ndim == len(shape.batch) + 2:
+        heads = (batch[-2], g) if shape_of(mask)[-3] != 1 else (1, 1)
+        mask = mask.reshape(shape_of(mask)[:-3] + heads + shape_of(mask)[-2:])
+    return q, k, v, mask, shape._replace(batch=batch, group=1)
+
+
+def _broadcast_group(x: Any, batch: tuple[int, ...]) -> Any:
+    x = x[..., None, :, :]
+    target = batch + tuple(x.shape[-2:])
+    return np.broadcast_to(x, target) if isinstance(x, np.ndarray) else x.expand(target)
+
+
+def ungroup_heads(result: Any, shape: AttentionShape) -> Any:
+    """The inverse of :func:`group_heads` for results: ``(..., H_kv, g, n_q, m)`` (one
+    array, or a tuple such as ``(out, weights)``) back to ``(..., H_kv * g, n_q, m)``."""
+    if isinstance(result, tuple):
+        return tuple(ungroup_heads(x, shape) for x in result)
+    return result.reshape(shape.batch + tuple(result.shape[-2:]))
+
+
+def _fast_path(q: Any, k: Any, v: Any, mask: Any, causal: Any, scale: Any,
+               enable_gqa: Any = False) -> AttentionShape | None:
+    """The common call (no mask, bool flags, a float or default scale, matching inputs),
     accepted in a few attribute lookups: these checks run on every call, and on small
     inputs their cost is measurable. Anything else returns None and gets the full checks
     above, which also say what is wrong."""
     if mask is not None or not (causal is True or causal is False) or \
+            not (enable_gqa is False or enable_gqa is True) or \
             not (scale is None or (type(scale) is float and math.isfinite(scale))):
         return None
     if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:

@@ -40,6 +40,7 @@ from ._backend import (
     AttentionShape,
     dtype_name,
     find_non_finite,
+    group_heads,
     non_finite_error,
     under_vmap,
 )
@@ -76,11 +77,12 @@ def norms(*arrays: Any) -> list[float]:
         out = []
         with np.errstate(over="ignore", invalid="ignore"):    # an overflow gives inf: fine
             for x in arrays:
+                x, repeats = _unbroadcast(x)
                 if is_low_precision(x):
                     x = x.astype(np.float32)
                 # ravel() is a view for contiguous arrays; dot is the fastest sum of squares
                 flat = x.ravel()
-                out.append(math.sqrt(float(np.dot(flat, flat))))
+                out.append(math.sqrt(repeats * float(np.dot(flat, flat))))
         return out
     torch = sys.modules["torch"]
     found = []
@@ -94,6 +96,17 @@ def norms(*arrays: Any) -> list[float]:
     if found[0].device.type == "cpu":
         return [float(n) for n in found]
     return torch.stack(found).tolist()       # one wait for the device instead of several
+
+
+def _unbroadcast(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """A broadcast view (axes of stride 0, as grouped-query attention makes of the keys and
+    values) as the data it repeats and the number of repeats, so that its norm costs no
+    copy: ``||x||^2 = repeats * ||data||^2``."""
+    if 0 not in x.strides or not x.size:
+        return x, 1
+    index = tuple(slice(0, 1) if step == 0 else slice(None) for step in x.strides)
+    repeats = math.prod(n for n, step in zip(x.shape, x.strides) if step == 0)
+    return x[index], repeats
 
 
 def overflow_error(x: Any, inputs: str = "q, k or scale",
@@ -170,8 +183,11 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     bad = find_non_finite(**arrays)
     if bad is not None:
         raise non_finite_error(bad, arrays[bad])
-    if not qk_ok and not scores_are_finite(q, k, shape.scale):
-        raise overflow_error(q, inputs, scores)
+    if not qk_ok:
+        if shape.group > 1:          # grouped-query attention: the scores of the groups
+            q, k = group_heads(q, k, v, None, shape)[:2]
+        if not scores_are_finite(q, k, shape.scale):
+            raise overflow_error(q, inputs, scores)
     return Guard(False, None if v_ok else _column_powers_of_two(v))
 
 
@@ -215,7 +231,7 @@ def _column_powers_of_two(v: Any) -> Any:
 
 def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
                 names: tuple[str, str] = ("x_q", "x_kv"), rows_q: int, rows_k: int,
-                n_k: int, d_head: int) -> bool:
+                n_k: int, d_head: int, group: int = 1) -> bool:
     """The certificate of :func:`attention_guard` for a whole multi-head layer.
 
     ``x_q`` and ``x_kv`` are the caller's inputs (the same array for self-attention),
@@ -225,7 +241,8 @@ def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
     projections are bounded by ``||X W + 1 b^T||_F <= ||X||_F ||W||_F + sqrt(rows) ||b||``
     and must fit in the inputs' own dtype (they are computed in it); each head's output
     row is an average of value rows, so the concatenated heads are bounded by
-    ``sqrt(rows_q)`` times the values' norm. (A rotation of the queries and keys, as RoPE
+    ``sqrt(rows_q)`` times the values' norm (times ``sqrt(group)`` when ``group`` query
+    heads share each key/value head, as in grouped-query attention). (A rotation of the queries and keys, as RoPE
     applies, keeps these norms.) Returns True if the layer cannot produce a non-finite
     number. Otherwise raises ``ValueError`` naming the first non-finite input, or returns
     False: then the caller checks the projections, runs :func:`attention_guard` on them
@@ -243,7 +260,7 @@ def layer_guard(x_q: Any, x_kv: Any, weights: dict[str, Any], *,
     q = xq_norm * wq + rq * bq
     k = xkv_norm * wk + rk * bk
     v = xkv_norm * wv + rk * bv
-    heads = rq * v
+    heads = rq * math.sqrt(group) * v
     in_dtype = [xq_norm * wq, xkv_norm * wk, xkv_norm * wv, q, k, v, heads * wo,
                 heads * wo + rq * bo]
     s = 1.0 / math.sqrt(d_head)

@@ -23,7 +23,9 @@ from ._backend import (
     check_attention_inputs,
     check_flag,
     check_size,
+    group_heads,
     is_torch_tensor,
+    ungroup_heads,
 )
 from ._guard import Guard, attention_guard, is_low_precision
 from .tiled import _finalize, _finite_or_zero, _state
@@ -34,7 +36,8 @@ __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
                                  causal: bool = False, scale: Any = None,
-                                 return_weights: bool = False) -> Any:
+                                 return_weights: bool = False,
+                                 enable_gqa: bool = False) -> Any:
     """Softmax-weighted average of the value rows, one distribution per query.
 
     Parameters
@@ -62,6 +65,12 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         0-d NumPy array or a 0-d tensor (read as a number, not differentiated).
     return_weights : bool, default False
         Also return the attention weights.
+    enable_gqa : bool, default False
+        Grouped-query attention, as in PyTorch: ``k`` and ``v`` may have fewer heads than
+        ``q`` on axis -3, ``q`` of shape ``(..., H_q, n_q, d_k)`` and ``k``, ``v`` of shape
+        ``(..., H_kv, n_k, d)`` with ``H_kv`` dividing ``H_q``; query head ``h`` attends
+        with key/value head ``h // (H_q // H_kv)``. Keys and values are shared, never
+        copied (see Notes). With equal head counts it changes nothing.
 
     Returns
     -------
@@ -77,7 +86,8 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         a flag that is not ``True`` or ``False``, a scale that is not a real scalar.
     ValueError
         Rank below 2, ``d_k = 0``, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and
-        ``v`` differ, batch shapes differ, a mask that does not broadcast or whose batch
+        ``v`` differ, batch shapes differ (with ``enable_gqa``: other than in a number of
+        key/value heads that divides the number of query heads), a mask that does not broadcast or whose batch
         axes are ambiguous, a non-finite scale, a NaN or infinity in ``q``, ``k`` or ``v``
         (even one a mask hides), scores that overflow the working precision.
 
@@ -95,6 +105,12 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     On torch the function is differentiable, and works under ``torch.func.vmap``; there
     the values cannot be read, so NaN inputs and overflow are not checked.
 
+    Grouped-query attention (``enable_gqa=True`` with fewer key/value heads) runs, on
+    torch, in PyTorch's fused kernel with its own ``enable_gqa``; attncore's own
+    arithmetic (NumPy, and the weights path) views ``q`` as ``(..., H_kv, g, n_q, d_k)``
+    and broadcasts each key/value head over its ``g`` query heads, so that no key or value
+    is copied (``repeat_interleave`` would copy them ``g`` times).
+
     Examples
     --------
     >>> import numpy as np, attncore as ac
@@ -106,7 +122,8 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     >>> w.round(6), out.round(6)
     (array([[0.75, 0.25]]), array([[1.5]]))
     """
-    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale)
+    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
+                                   enable_gqa=enable_gqa)
     return_weights = check_flag("return_weights", return_weights)
     return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape))
 
@@ -115,6 +132,13 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
            guard: Guard) -> Any:
     """The computation, after the checks: for callers that have checked the arguments
     themselves (:func:`~attncore.multi_head_attention`)."""
+    fused = shape.backend != NUMPY and not return_weights and guard.certified and \
+        abs(shape.scale) >= _TINY
+    if shape.group > 1 and not (fused and shape.n_k):
+        # grouped-query attention in attncore's own arithmetic: ordinary attention on
+        # grouped views of the same arrays (PyTorch's kernel takes enable_gqa itself)
+        q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
+        return ungroup_heads(attend(q, k, v, mask, grouped, return_weights, guard), shape)
     if shape.backend == NUMPY:
         # Scores within a few units of the largest float (checked finite by the guard) may
         # still overflow in s - max to -inf, whose exponential is the right 0: no warning.
@@ -131,7 +155,7 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
     # if it scaled the masked -inf scores. A negative scale is passed to it as a positive
     # one on -q, which is exact; a scale that is 0 in float32, uniform weights over the
     # admissible keys, takes attncore's path.)
-    if not return_weights and guard.certified and abs(shape.scale) >= _TINY:
+    if fused:
         if shape.scale < 0:
             return _attention_fused(-q, k, v, mask, shape._replace(scale=-shape.scale),
                                     guard.vmapped)
@@ -264,22 +288,25 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
     if vmapped:
         pass
     elif len(batch) < 2:
-        b = batch[0] if batch else 1                 # (adding axes of size 1 is a view)
-        d_k = shape.d_k
-        q, k, v = q.view(1, b, n_q, d_k), k.view(1, b, n_k, d_k), v.view(1, b, n_k, d_v)
+        # (adding axes of size 1 is a view; x.shape[-3] is a tensor's own number of heads,
+        # fewer for k and v in grouped-query attention)
+        q, k, v = (x.view(1, x.shape[-3] if batch else 1, *x.shape[-2:]) for x in (q, k, v))
         if full_mask:
             allowed = allowed.view(1, *allowed.shape) if batch else \
                 allowed.view(1, 1, *allowed.shape)
     elif len(batch) > 2:
-        fold = (math.prod(batch[:-1]), batch[-1])
-        q, k, v = (x.reshape(fold + tuple(x.shape[-2:])) for x in (q, k, v))
+        rows = math.prod(batch[:-1])
+        q, k, v = (x.reshape((rows,) + tuple(x.shape[-3:])) for x in (q, k, v))
         if full_mask:
-            allowed = allowed.expand(*batch, n_q, n_k).reshape(fold + (n_q, n_k))
+            allowed = allowed.expand(*batch, n_q, n_k).reshape((rows,) + batch[-1:] +
+                                                               (n_q, n_k))
+    gqa = {"enable_gqa": True} if shape.group > 1 else {}
     if allowed is None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
-                                             scale=shape.scale)
+                                             scale=shape.scale, **gqa)
     else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=shape.scale)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=shape.scale,
+                                             **gqa)
         # PyTorch's kernels have disagreed on rows with no admissible key (NaN in some
         # versions and kernels, zeros in others); attncore's rule is zeros, so impose it.
         out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)

@@ -10,6 +10,10 @@ with ``W_Q`` of shape ``(d_in, d_model)``. (``torch.nn.Linear`` stores the trans
 Projecting once with the full ``W_Q`` and then splitting the columns into heads is the same
 maths as giving each head its own ``(d_in, d_head)`` block of ``W_Q``: column block h of
 ``X W_Q`` is ``X`` times column block h of ``W_Q``.
+
+Grouped-query attention (``n_kv_heads < num_heads``) gives ``W_K`` and ``W_V`` only
+``n_kv_heads`` column blocks; query head h uses key/value block ``h // (num_heads //
+n_kv_heads)``. ``n_kv_heads = 1`` is multi-query attention.
 """
 
 from __future__ import annotations
@@ -64,23 +68,27 @@ class MultiHeadParams:
     ----------
     w_q : array, shape ``(d_model, d_model)``
         Projects the query-side input to the queries of all heads.
-    w_k : array, shape ``(d_kv, d_model)``
+    w_k : array, shape ``(d_kv, n_kv_heads * d_head)``
         Projects the key/value-side input to the keys (``d_kv = d_model`` for
-        self-attention).
-    w_v : array, shape ``(d_kv, d_model)``
-        Projects the key/value-side input to the values.
+        self-attention). Its width fixes the number of key/value heads: ``d_model``
+        (``n_kv_heads = num_heads``) for ordinary multi-head attention, fewer heads for
+        grouped-query attention, ``d_head`` (one head) for multi-query attention.
+    w_v : array, shape ``(d_kv, n_kv_heads * d_head)``
+        Projects the key/value-side input to the values; the shape of ``w_k``.
     w_o : array, shape ``(d_model, d_model)``
         The output projection, applied to the concatenated heads.
     b_q : array of shape ``(d_model,)``, or None
         Bias of the queries.
-    b_k : array of shape ``(d_model,)``, or None
+    b_k : array of shape ``(n_kv_heads * d_head,)``, or None
         Bias of the keys.
-    b_v : array of shape ``(d_model,)``, or None
+    b_v : array of shape ``(n_kv_heads * d_head,)``, or None
         Bias of the values.
     b_o : array of shape ``(d_model,)``, or None
         Bias of the output.
     num_heads : int
         Must divide ``d_model``; each head has width ``d_head = d_model // num_heads``.
+        The number of key/value heads, :attr:`n_kv_heads`, is read from the width of
+        ``w_k``; it must divide ``num_heads``.
 
     Raises
     ------
@@ -88,7 +96,8 @@ class MultiHeadParams:
         Mixed libraries or dtypes, a non-floating array, ``num_heads`` not an integer.
     ValueError
         A shape that does not fit ``d_model`` (``>= 1``), ``num_heads`` below 1 or not a
-        divisor of ``d_model``, some biases given and others not.
+        divisor of ``d_model``, a key/value width that is not ``n_kv_heads * d_head`` for
+        a divisor ``n_kv_heads`` of ``num_heads``, some biases given and others not.
     """
 
     w_q: Any
@@ -124,17 +133,24 @@ class MultiHeadParams:
                              + ", ".join(f"{n}={'None' if m else 'array'}" for n, m in
                                          zip(("b_q", "b_k", "b_v", "b_o"), biases)))
         w_k = shape_of(self.w_k)
-        if len(w_k) != 2 or w_k[0] < 1:
-            raise ValueError(f"w_k: expected shape (d_kv, d_model) = (d_kv, {d_model}) with "
-                             f"d_kv >= 1, got {w_k}")
-        d_kv = w_k[0]
-        expected = {"w_k": (d_kv, d_model), "w_v": (d_kv, d_model), "w_o": (d_model, d_model),
-                    "b_q": (d_model,), "b_k": (d_model,), "b_v": (d_model,), "b_o": (d_model,)}
+        d_head = d_model // self.num_heads
+        widths = [n * d_head for n in range(self.num_heads, 0, -1) if self.num_heads % n == 0]
+        if len(w_k) != 2 or w_k[0] < 1 or w_k[1] not in widths:
+            raise ValueError(f"w_k: expected shape (d_kv, n_kv_heads * d_head) with d_kv >= 1 "
+                             f"and n_kv_heads a divisor of num_heads={self.num_heads} "
+                             f"(d_head={d_head}: a width of "
+                             f"{', '.join(map(str, widths[:-1]))}{' or ' if widths[:-1] else ''}"
+                             f"{widths[-1]}), got {w_k}")
+        d_kv, d_kv_heads = w_k
+        expected = {"w_k": (d_kv, d_kv_heads), "w_v": (d_kv, d_kv_heads),
+                    "w_o": (d_model, d_model), "b_q": (d_model,), "b_k": (d_kv_heads,),
+                    "b_v": (d_kv_heads,), "b_o": (d_model,)}
         for name, shape in expected.items():
             x = getattr(self, name)
             if x is not None and shape_of(x) != shape:
                 raise ValueError(f"{name}: expected shape {shape} for d_model={d_model}, "
-                                 f"d_kv={d_kv}, got {shape_of(x)}")
+                                 f"d_kv={d_kv}, n_kv_heads={d_kv_heads // d_head}, got "
+                                 f"{shape_of(x)}")
 
     @property
     def d_model(self) -> int:
@@ -150,6 +166,13 @@ class MultiHeadParams:
     def d_head(self) -> int:
         """Width of one head, ``d_model // num_heads``."""
         return self.d_model // self.num_heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Number of key/value heads: ``num_heads`` for multi-head attention, fewer for
+        grouped-query attention (each shared by ``num_heads // n_kv_heads`` query heads),
+        1 for multi-query attention."""
+        return int(self.w_k.shape[1]) // self.d_head
 
     @property
     def backend(self) -> str:
@@ -176,8 +199,9 @@ def check_num_heads(num_heads: Any, d_model: int) -> int:
     return num_heads
 
 
-def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bias: bool = True,
-                   seed: int = 0, dtype: Any = np.float64, backend: str = NUMPY,
+def init_multihead(d_model: int, num_heads: int, *, n_kv_heads: int | None = None,
+                   d_kv: int | None = None, bias: bool = True, seed: int = 0,
+                   dtype: Any = np.float64, backend: str = NUMPY,
                    device: Any = None) -> MultiHeadParams:
     """Seeded parameters for a multi-head attention layer.
 
@@ -192,7 +216,12 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
     d_model : int
         Width of the query-side input, of each projection and of the output, ``>= 1``.
     num_heads : int
-        Number of heads, ``>= 1``; must divide ``d_model``.
+        Number of (query) heads, ``>= 1``; must divide ``d_model``.
+    n_kv_heads : int, optional
+        Number of key/value heads, a divisor of ``num_heads`` (default ``num_heads``:
+        multi-head attention). Fewer give grouped-query attention, 1 multi-query
+        attention; ``w_k`` and ``w_v`` then have ``n_kv_heads * d_head`` columns. With the
+        default, the draw is the same as before this argument existed.
     d_kv : int, optional
         Width of the key/value-side input, for cross-attention (default ``d_model``).
     bias : bool, default True
@@ -216,11 +245,13 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
         A size or seed that is not an integer, a flag that is not a bool, a dtype that is
         not floating.
     ValueError
-        A size below 1, ``num_heads`` not dividing ``d_model``, a negative seed, an unknown
-        backend.
+        A size below 1, ``num_heads`` not dividing ``d_model``, ``n_kv_heads`` not
+        dividing ``num_heads``, a negative seed, an unknown backend.
     """
     d_model = check_size("d_model", d_model)
     num_heads = check_num_heads(num_heads, d_model)
+    n_kv_heads = num_heads if n_kv_heads is None else check_n_kv_heads(n_kv_heads, num_heads)
+    d_kv_heads = n_kv_heads * (d_model // num_heads)
     d_kv = d_model if d_kv is None else check_size("d_kv", d_kv)
     bias = check_flag("bias", bias)
     seed = check_size("seed", seed, minimum=0)
@@ -235,10 +266,11 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
         a = math.sqrt(6.0 / (fan_in + fan_out))
         return rng.uniform(-a, a, size=(fan_in, fan_out))
 
-    arrays = {"w_q": xavier(d_model, d_model), "w_k": xavier(d_kv, d_model),
-              "w_v": xavier(d_kv, d_model), "w_o": xavier(d_model, d_model)}
+    arrays = {"w_q": xavier(d_model, d_model), "w_k": xavier(d_kv, d_kv_heads),
+              "w_v": xavier(d_kv, d_kv_heads), "w_o": xavier(d_model, d_model)}
     for name in ("b_q", "b_k", "b_v", "b_o"):
-        arrays[name] = np.zeros(d_model) if bias else None
+        width = d_kv_heads if name in ("b_k", "b_v") else d_model
+        arrays[name] = np.zeros(width) if bias else None
     if backend == NUMPY:
         conv = {n: (None if a is None else a.astype(np_dtype)) for n, a in arrays.items()}
     else:
@@ -248,6 +280,16 @@ def init_multihead(d_model: int, num_heads: int, *, d_kv: int | None = None, bia
         conv = {n: (None if a is None else torch.tensor(a, dtype=tdtype, device=device))
                 for n, a in arrays.items()}
     return MultiHeadParams(num_heads=num_heads, **conv)
+
+
+def check_n_kv_heads(n_kv_heads: Any, num_heads: int) -> int:
+    """Return ``n_kv_heads`` as an int: a positive integer dividing ``num_heads``."""
+    n_kv_heads = check_size("n_kv_heads", n_kv_heads)
+    if num_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads: expected a divisor of num_heads={num_heads} (each "
+                         f"key/value head serves the same number of query heads), got "
+                         f"{n_kv_heads}")
+    return n_kv_heads
 
 
 def _numpy_float_dtype(dtype: Any, backend: str) -> Any:
@@ -375,7 +417,8 @@ def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any,
     rows = math.prod(batch)
     certified = layer_guard(x_q, x_kv, {f"params.{n}": getattr(params, n) for n in _FIELDS},
                             names=names, rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k,
-                            d_head=params.d_head)
+                            d_head=params.d_head,
+                            group=params.num_heads // params.n_kv_heads)
     return _Layer(x_kv, batch, n_q, n_k, causal, certified, names)
 
 
@@ -417,7 +460,10 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     Parameters
     ----------
     params : MultiHeadParams
-        The layer's weights; same library, device and dtype as the inputs.
+        The layer's weights; same library, device and dtype as the inputs. With
+        ``params.n_kv_heads < params.num_heads`` the layer is grouped-query attention
+        (multi-query for one key/value head): each key/value head serves
+        ``num_heads // n_kv_heads`` query heads.
     x_q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_model)``
         Query-side input (the tokens that ask).
     x_kv : numpy.ndarray or torch.Tensor, shape ``(..., n_k, d_kv)``, optional
@@ -456,11 +502,12 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
 
 
 def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[Any, Any, Any]:
-    """``q, k, v`` of every head, ``(..., num_heads, n, d_head)``."""
-    h = params.num_heads
+    """``q`` of every head, ``(..., num_heads, n, d_head)``, and ``k, v`` of every
+    key/value head, ``(..., n_kv_heads, n, d_head)``."""
+    h, h_kv = params.num_heads, params.n_kv_heads
     return (split_heads(_linear(x_q, params.w_q, params.b_q, layer), h),
-            split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h),
-            split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h))
+            split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h_kv),
+            split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h_kv))
 
 
 def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
@@ -470,7 +517,8 @@ def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
     shape = AttentionShape(backend_of(q=q), layer.batch + (params.num_heads,), layer.n_q,
                            layer.n_k, params.d_head, params.d_head,
-                           1.0 / math.sqrt(params.d_head), layer.causal)
+                           1.0 / math.sqrt(params.d_head), layer.causal,
+                           params.num_heads // params.n_kv_heads)
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
     heads, weights = result if return_weights else (result, None)
     out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
@@ -483,7 +531,9 @@ def multi_head_attention_loop(params: MultiHeadParams, x_q: Any, x_kv: Any = Non
 
     Slower and longer than :func:`multi_head_attention`, and equal to it; it exists to show
     that the reshape trick is the same maths. Arguments, checks, errors and result as
-    :func:`multi_head_attention` (without ``return_weights``).
+    :func:`multi_head_attention` (without ``return_weights``). With grouped-query
+    parameters, head ``h`` takes its keys and values from column block
+    ``h // (num_heads // n_kv_heads)`` of ``w_k`` and ``w_v``.
 
     Returns
     -------
@@ -494,13 +544,16 @@ def multi_head_attention_loop(params: MultiHeadParams, x_q: Any, x_kv: Any = Non
     shape = AttentionShape(backend_of(x=x_q), layer.batch, layer.n_q, layer.n_k, d, d,
                            1.0 / math.sqrt(d), layer.causal)
     heads = []
+    group = params.num_heads // params.n_kv_heads
     for h in range(params.num_heads):
         cols = slice(h * d, (h + 1) * d)
-        b = {n: (None if getattr(params, n) is None else getattr(params, n)[cols])
+        kv_cols = slice((h // group) * d, (h // group + 1) * d)   # the head's key/value block
+        b = {n: (None if getattr(params, n) is None else
+                 getattr(params, n)[cols if n == "b_q" else kv_cols])
              for n in ("b_q", "b_k", "b_v")}
         q_h = _linear(x_q, params.w_q[:, cols], b["b_q"], layer)
-        k_h = _linear(layer.x_kv, params.w_k[:, cols], b["b_k"], layer)
-        v_h = _linear(layer.x_kv, params.w_v[:, cols], b["b_v"], layer)
+        k_h = _linear(layer.x_kv, params.w_k[:, kv_cols], b["b_k"], layer)
+        v_h = _linear(layer.x_kv, params.w_v[:, kv_cols], b["b_v"], layer)
         guard = _heads_guard(layer, q_h, k_h, v_h, shape)
         heads.append(attend(q_h, k_h, v_h, mask, shape, False, guard))
     if isinstance(x_q, np.ndarray):
@@ -584,16 +637,31 @@ def params_to_torch(params: MultiHeadParams) -> Any:
     ----------
     params : MultiHeadParams
         NumPy parameters are converted to tensors on the CPU; torch parameters keep their
-        device and dtype.
+        device and dtype. ``n_kv_heads`` must equal ``num_heads``.
 
     Returns
     -------
     torch.nn.MultiheadAttention
+
+    Raises
+    ------
+    TypeError
+        ``params`` is not a :class:`MultiHeadParams`.
+    ValueError
+        Grouped-query or multi-query parameters (``n_kv_heads < num_heads``):
+        ``torch.nn.MultiheadAttention`` has one key/value head per query head.
     """
     import torch
 
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params: expected a MultiHeadParams, got {type(params).__name__}")
+    if params.n_kv_heads != params.num_heads:
+        raise ValueError(f"params: expected n_kv_heads == num_heads, got n_kv_heads="
+                         f"{params.n_kv_heads} and num_heads={params.num_heads} "
+                         f"(grouped-query attention); torch.nn.MultiheadAttention has one "
+                         f"key/value head per query head, so it cannot hold these weights "
+                         f"(F.scaled_dot_product_attention with enable_gqa=True computes "
+                         f"the layer's attention)")
     p = params
     as_t = (lambda a: torch.as_tensor(a)) if p.backend == NUMPY else (lambda a: a.detach())
     w_q = as_t(p.w_q)

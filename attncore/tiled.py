@@ -22,7 +22,9 @@ All functions take NumPy arrays or torch tensors (computed on the tensors' devic
 and bfloat16 inputs the running state is kept in float32 and the output cast back at the end.
 On torch, :func:`tiled_attention` is differentiable: its backward pass recomputes the scores
 one key block at a time from the row statistics ``m + log l`` that the forward pass keeps, so
-training through it needs no ``(n_q, n_k)`` array either.
+training through it needs no ``(n_q, n_k)`` array either. ``return_lse=True`` hands that
+statistic to the caller, for :func:`attncore.tiled_attention_backward`, which runs the same
+block-wise backward pass (:func:`_tiled_backward`, one code for NumPy and torch).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ from ._backend import (
     check_min_rank,
     check_same_dtype,
     check_size,
+    group_heads,
     shape_of,
+    ungroup_heads,
     under_vmap,
 )
 from ._guard import attention_guard, is_low_precision
@@ -331,7 +335,8 @@ def finalize_softmax_state(state: SoftmaxState) -> Any:
 # --- tiled attention ---------------------------------------------------------------------
 
 def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any = None,
-                    causal: bool = False, scale: Any = None) -> Any:
+                    causal: bool = False, scale: Any = None, enable_gqa: bool = False,
+                    return_lse: bool = False) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
 
     Same inputs, checks and result as :func:`~attncore.scaled_dot_product_attention`
@@ -351,12 +356,25 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
         Forbid key ``j > i`` for query ``i`` (top-left aligned, like the reference).
     scale : real scalar, optional
         Multiplies the scores; default ``1 / sqrt(d_k)``.
+    enable_gqa : bool, default False
+        Grouped-query attention: ``k`` and ``v`` may have fewer heads (axis -3) than ``q``,
+        a divisor of its number of heads, as in the reference; no key or value is copied.
+    return_lse : bool, default False
+        Also return the row log-sum-exp of the scores, which the backward pass needs
+        (:func:`~attncore.tiled_attention_backward`).
 
     Returns
     -------
-    numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
+    out : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
         Same dtype, library and device as ``q``. Rows with every key masked, and every
         row when ``n_k = 0``, are zeros.
+    lse : numpy.ndarray or torch.Tensor, shape ``(..., n_q)``
+        Only if ``return_lse``: ``lse_i = log sum_j exp(s_ij) = m_i + log l_i`` over the
+        admissible keys of row ``i`` (``s = scale * q @ k^T``), so that the attention
+        weights are ``exp(s_ij - lse_i)``. ``-inf`` for a row with no admissible key (the
+        logarithm of an empty sum). Same library and device as ``q``; float32 for float16
+        and bfloat16 inputs (the precision of the running state), else ``q``'s dtype. It
+        carries no gradient.
 
     Raises
     ------
@@ -381,8 +399,22 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     block's scores and probabilities from it, with the same memory bound: the gradients
     equal those of the reference.
     """
-    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale)
+    shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
+                                   enable_gqa=enable_gqa)
     block_size = check_size("block_size", block_size)
+    return_lse = check_flag("return_lse", return_lse)
+    if shape.group > 1:
+        # Grouped-query attention: the same loop on grouped views of the same arrays
+        # (group_heads), after the value checks in the caller's terms.
+        attention_guard(q, k, v, shape)
+        q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
+        result = tiled_attention(q, k, v, block_size=block_size, mask=mask,
+                                 causal=grouped.causal, scale=grouped.scale,
+                                 return_lse=return_lse)
+        if not return_lse:
+            return ungroup_heads(result, shape)
+        out, lse = result
+        return ungroup_heads(out, shape), lse.reshape(shape.batch + (shape.n_q,))
     if shape.backend == NUMPY:
         qw, kw, vw = (x.astype(np.float32) for x in (q, k, v)) if is_low_precision(q) \
             else (q, k, v)
@@ -397,8 +429,10 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
         out = _finalize(state, in_place=True)
         if guard.v_factor is not None:
             out *= guard.v_factor
-        return out.astype(q.dtype, copy=False)
-    return _tiled_torch(q, k, v, mask, shape, block_size)
+        out = out.astype(q.dtype, copy=False)
+        return (out, _log_sum_exp(state)[..., 0]) if return_lse else out
+    out, lse = _tiled_torch(q, k, v, mask, shape, block_size)
+    return (out, lse[..., 0]) if return_lse else out
 
 
 def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
@@ -407,15 +441,7 @@ def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
     all in the working dtype; the mask is the caller's (not combined with causal)."""
     batch, n_q, n_k, causal = shape.batch, shape.n_q, shape.n_k, shape.causal
     xp = _xp(qs)
-    if xp is np:
-        allowed = None if mask is None else np.broadcast_to(mask, batch + (n_q, n_k))
-        rows, cols = np.arange(n_q).reshape(n_q, 1), np.arange(n_k)
-        neg_inf = np.asarray(-np.inf, dtype=qs.dtype)
-    else:
-        allowed = None if mask is None else mask.expand(*batch, n_q, n_k)
-        rows = xp.arange(n_q, device=qs.device).reshape(n_q, 1)
-        cols = xp.arange(n_k, device=qs.device)
-        neg_inf = qs.new_tensor(float("-inf"))
+    allowed, rows, cols, neg_inf = _block_setup(qs, mask, shape)
     state = _empty_state(batch, n_q, shape_of(v)[-1], qs)
     for j0 in range(0, n_k, block_size):
         j1 = min(j0 + block_size, n_k)
@@ -437,6 +463,21 @@ def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
     return state
 
 
+def _block_setup(like: Any, mask: Any, shape: Any) -> tuple[Any, Any, Any, Any]:
+    """What both block loops (forward and backward) index into: the caller's mask as a
+    full-shape view (or None), the row and column numbers for the causal test, and -inf
+    in ``like``'s library and dtype."""
+    batch, n_q, n_k = shape.batch, shape.n_q, shape.n_k
+    if isinstance(like, np.ndarray):
+        allowed = None if mask is None else np.broadcast_to(mask, batch + (n_q, n_k))
+        return (allowed, np.arange(n_q).reshape(n_q, 1), np.arange(n_k),
+                np.asarray(-np.inf, dtype=like.dtype))
+    torch = sys.modules["torch"]
+    allowed = None if mask is None else mask.expand(*batch, n_q, n_k)
+    return (allowed, torch.arange(n_q, device=like.device).reshape(n_q, 1),
+            torch.arange(n_k, device=like.device), like.new_tensor(float("-inf")))
+
+
 def _block_mask(allowed: Any, causal: bool, rows: Any, cols: Any, r0: int, j0: int,
                 j1: int) -> Any:
     keep = None if allowed is None else allowed[..., r0:, j0:j1]
@@ -448,7 +489,9 @@ def _block_mask(allowed: Any, causal: bool, rows: Any, cols: Any, r0: int, j0: i
 
 # --- tiled attention on torch, with its backward pass ----------------------------------------
 
-def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int) -> Any:
+def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
+                 block_size: int) -> tuple[Any, Any]:
+    """``(out, lse)``, lse of shape ``(..., n_q, 1)`` in the working dtype."""
     import torch
 
     if under_vmap(q, k, v, mask):
@@ -463,64 +506,86 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int)
     if guard.v_factor is not None:
         vw = vw / guard.v_factor
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        out, _ = _tiled_function().apply(qw, kw, vw, mask, shape, block_size)
+        out, lse = _tiled_function().apply(qw, kw, vw, mask, shape, block_size)
     else:
         state = _tiled_state(qw * shape.scale, kw.transpose(-1, -2), vw, mask, shape,
                              block_size)
         out = _finalize(state, in_place=True)
+        lse = _log_sum_exp(state)
     if guard.v_factor is not None:
         out = out * guard.v_factor
-    return out.to(q.dtype)
+    return out.to(q.dtype), lse
 
 
 def _log_sum_exp(state: SoftmaxState) -> Any:
-    """``m + log l`` per row, ``+inf`` for a row with no admissible key, so that
-    ``exp(s - lse)`` is its probability (0 for every key of an empty row)."""
-    import torch
-
+    """``m + log l`` per row, ``(..., n_q, 1)``: the log of the softmax's denominator, so
+    that ``exp(s - lse)`` is the attention weight. ``-inf`` (``log 0``) for a row with no
+    admissible key. (``state.max`` and ``state.sum`` are left intact by the in-place
+    finalisation, so this may run before or after it.)"""
+    xp = _xp(state.sum)
     nonempty = state.sum > 0
-    safe = torch.where(nonempty, state.sum, torch.ones_like(state.sum))
-    return torch.where(nonempty, state.max + torch.log(safe),
-                       torch.full_like(state.max, float("inf")))
+    safe = xp.where(nonempty, state.sum, xp.ones_like(state.sum))
+    return xp.where(nonempty, state.max + xp.log(safe), xp.full_like(state.max, -np.inf))
+
+
+def _transpose(x: Any) -> Any:
+    """The last two axes swapped (a view): ``x^T`` of every matrix in the batch."""
+    return np.swapaxes(x, -1, -2) if isinstance(x, np.ndarray) else x.transpose(-1, -2)
 
 
 def _tiled_backward(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int,
-                    out: Any, lse: Any, grad_out: Any) -> tuple[Any, Any, Any]:
-    """Gradients of tiled attention with respect to ``q, k, v``, one key block at a time.
+                    out: Any, lse: Any, grad_out: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Gradients of attention with respect to ``q, k, v``, one key block at a time.
 
-    With ``P_ij = exp(s_ij - lse_i)`` (recomputed per block), ``dP_ij = dO_i . v_j`` and
-    ``D_i = dO_i . out_i = sum_j P_ij dP_ij``, the softmax's Jacobian gives
-    ``dS_ij = P_ij (dP_ij - D_i)``; then ``dq_i = scale sum_j dS_ij k_j``,
-    ``dk_j = scale sum_i dS_ij q_i`` and ``dv_j = sum_i P_ij dO_i``. Memory: a few
-    ``(..., n_q, block_size)`` blocks, as in the forward pass.
+    FlashAttention's backward pass, for NumPy arrays and torch tensors alike (no autograd:
+    torch callers run it with gradients off). All arrays are in the working dtype; ``lse``
+    is ``(..., n_q, 1)``, ``-inf`` for a row with no admissible key; the mask is the
+    caller's (not combined with causal). Per key block ``b``, with ``S_b = scale Q K_b^T``
+    recomputed (masked entries ``-inf``)::
+
+        P_b  = exp(S_b - lse)                the weights A of the block
+        dV_b = P_b^T dO                      dP_b = dO V_b^T
+        dS_b = P_b * (dP_b - D)              D = rowsum(dO * O), computed once
+        dQ  += dS_b K_b                      dK_b = dS_b^T Q        (times scale, once)
+
+    Returns ``dq, dk, dv`` and two row sums ``(..., n_q, 1)`` that cost no extra pass
+    over the blocks: the weights' sum (1 for a row with keys, 0 without, when ``lse``
+    belongs to these inputs) and ``dS``'s sum (0, as the softmax Jacobian sends constant
+    vectors to 0, when ``out`` belongs to them too); the public function checks them.
+    Memory: the gradients, ``scale * q``, and two ``(..., n_q, block_size)`` blocks.
     """
-    import torch
-
-    batch, n_q, n_k, causal, scale = shape.batch, shape.n_q, shape.n_k, shape.causal, \
-        shape.scale
-    allowed = None if mask is None else mask.expand(*batch, n_q, n_k)
-    rows = torch.arange(n_q, device=q.device).reshape(n_q, 1)
-    cols = torch.arange(n_k, device=q.device)
-    d = (grad_out * out).sum(dim=-1, keepdim=True)              # (..., n_q, 1)
-    qs = q * scale
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    xp = _xp(q)
+    n_q, n_k, causal, scale = shape.n_q, shape.n_k, shape.causal, shape.scale
+    allowed, rows, cols, neg_inf = _block_setup(q, mask, shape)
+    d = _row_sum(grad_out * out)                 # D_i = dO_i . O_i = rowsum(dA * A)_i
+    shift = _finite_or_zero(lse)                 # empty row: exp(-inf - 0) = 0, not NaN
+    qs = q * scale                             # (a Python float keeps q's dtype)
+    dq, dk, dv = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
+    weight_sums, ds_sums = xp.zeros_like(d), xp.zeros_like(d)
     for j0 in range(0, n_k, block_size):
         j1 = min(j0 + block_size, n_k)
-        r0 = j0 if causal else 0
+        r0 = j0 if causal else 0                 # causal: rows i < j0 see no key here
         if r0 >= n_q:
             break
         kb, vb, go = k[..., j0:j1, :], v[..., j0:j1, :], grad_out[..., r0:, :]
-        scores = qs[..., r0:, :] @ kb.transpose(-1, -2)
+        s = qs[..., r0:, :] @ _transpose(kb)     # recomputed scores (..., n_q - r0, b)
         keep = _block_mask(allowed, causal, rows, cols, r0, j0, j1)
         if keep is not None:
-            scores = scores.masked_fill(~keep, float("-inf"))
-        p = torch.exp(scores - lse[..., r0:, :])                  # (..., n_q - r0, b)
-        dv[..., j0:j1, :] += p.transpose(-1, -2) @ go
-        ds = p * (go @ vb.transpose(-1, -2) - d[..., r0:, :])
-        dq[..., r0:, :] += (ds @ kb) * scale
-        dk[..., j0:j1, :] += (ds.transpose(-1, -2) @ q[..., r0:, :]) * scale
-        del scores, keep, p, ds
-    return dq, dk, dv
+            s = xp.where(keep, s, neg_inf)
+        s -= shift[..., r0:, :]
+        p = xp.exp(s, out=s)                     # P_b, in the scores' memory
+        dv[..., j0:j1, :] += _transpose(p) @ go  # dV_b = P_b^T dO
+        ds = go @ _transpose(vb)                 # dP_b = dO V_b^T
+        ds -= d[..., r0:, :]
+        ds *= p                                  # dS_b = P_b * (dP_b - D), in place
+        dq[..., r0:, :] += ds @ kb
+        dk[..., j0:j1, :] += _transpose(ds) @ q[..., r0:, :]
+        weight_sums[..., r0:, :] += _row_sum(p)
+        ds_sums[..., r0:, :] += _row_sum(ds)
+        del s, p, ds, keep               # free this block before the next is allocated
+    dq *= scale                          # S = scale Q K^T: the scale enters dQ and dK once
+    dk *= scale
+    return dq, dk, dv, weight_sums, ds_sums
 
 
 _FUNCTION = None
@@ -555,8 +620,8 @@ def _tiled_function() -> Any:
         @staticmethod
         def backward(ctx, grad_out, _grad_lse):
             q, k, v, mask, out, lse = ctx.saved_tensors
-            dq, dk, dv = _tiled_backward(q, k, v, mask, ctx.shape, ctx.block_size, out, lse,
-                                         grad_out)
+            dq, dk, dv, _, _ = _tiled_backward(q, k, v, mask, ctx.shape, ctx.block_size,
+                                               out, lse, grad_out)
             return (dq if ctx.needs_input_grad[0] else None,
                     dk if ctx.needs_input_grad[1] else None,
                     dv if ctx.needs_input_grad[2] else None, None, None, None)

@@ -138,6 +138,30 @@ ANSWERS: dict[str, Answers] = {
     "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
                                    wrong={"my_stall": "65504"}),   # overflow, not the stall
     # --- end of chapter 7 -----------------------------------------------------------------
+    # --- chapter 8, the backward pass of attention (08_backward_pass.ipynb) ----------------
+    "ex-backward-one-row": Answers(
+        right={"my_ds": "[20 / 49, -18 / 49, -2 / 49]", "my_dq": "[22 / 49, -18 / 49]"},
+        # the row-sum term forgotten: dS = A * dA
+        wrong={"my_ds": "[4 / 7, -2 / 7, 0.0]"}),
+    "ex-backward-missing-term": Answers(right={"my_wrong_gradients": '{"dq", "dk"}'},
+                                        wrong={"my_wrong_gradients": '{"dq", "dk", "dv"}'}),
+    "ex-backward-causal-flops": Answers(
+        right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
+        wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
+    # --- end of chapter 8 -----------------------------------------------------------------
+    # --- chapter 9, attention at inference (09_inference.ipynb) -----------------------------
+    "ex-inference-cache-size": Answers(
+        right={"my_bytes_gqa": "2 * 80 * 8 * 128 * 4096 * 2 * 16",
+               "my_bytes_mha": "2 * 80 * 64 * 128 * 4096 * 2 * 16"},
+        wrong={"my_bytes_gqa": "80 * 8 * 128 * 4096 * 2 * 16"}),     # keys only
+    "ex-inference-batch": Answers(
+        right={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 4096 * 2)"},
+        # the window forgotten: a cache of all 8192 positions per sequence
+        wrong={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 8192 * 2)"}),
+    "ex-inference-intensity": Answers(
+        right={"my_intensity": "2 * (64 / 8) / 2", "my_queries": "37"},
+        wrong={"my_intensity": "2 / 2"}),        # multi-head attention's, not the group's
+    # --- end of chapter 9 -----------------------------------------------------------------
     # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"

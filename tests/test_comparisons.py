@@ -36,3 +36,13 @@ def test_naive_vs_tiled_on_one_blas_thread_restores_the_threads():
     assert after == before
     with pytest.raises(ValueError, match="blas_threads"):
         naive_vs_tiled(64, block_size=16, blas_threads=0)
+
+
+def test_reference_vs_tiled_backward_measures_both_backward_passes():
+    from attncore.lab.comparisons import reference_vs_tiled_backward
+
+    r = reference_vs_tiled_backward(512, block_size=32, d_k=16)
+    assert r["n"] == 512 and r["block_size"] == 32
+    # the reference holds (n, n) arrays, the tiled pass (n, block) blocks
+    assert r["reference_bytes"] > 2 * 512 * 512 * 4 > 5 * r["tiled_bytes"]
+    assert r["memory_ratio"] == r["tiled_bytes"] / r["reference_bytes"]

@@ -8,9 +8,9 @@ import importlib
 
 import pytest
 
-MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.masks",
-           "attncore.matmul_views", "attncore.multihead", "attncore.softmax",
-           "attncore.testing", "attncore.tiled"]
+MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.backward",
+           "attncore.kvcache", "attncore.masks", "attncore.matmul_views", "attncore.multihead",
+           "attncore.softmax", "attncore.testing", "attncore.tiled"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -69,3 +69,17 @@ def test_cuda_requested_without_cuda():
 def test_cuda_counts_one_tensor():
     peak = torch_peak_memory_bytes(lambda: torch.empty(N, device="cuda"), device="cuda")
     assert 4 * N <= peak < 4 * N + (1 << 20)
+
+
+def test_saved_for_backward_counts_each_storage_once():
+    from attncore.lab.torch_memory import saved_for_backward
+
+    x = torch.randn(4, 3, requires_grad=True)
+    w = torch.randn(3, 5, requires_grad=True)
+    saved = saved_for_backward(lambda: (x @ w).exp().sum())
+    # matmul saves x and w; exp saves its result (4, 5)
+    assert sorted(saved.shapes) == [(3, 5), (4, 3), (4, 5)]
+    assert saved.nbytes == 4 * (12 + 15 + 20)
+    # a view of a saved tensor adds nothing; nothing requires grad: nothing saved
+    assert saved_for_backward(lambda: (x.T.T @ w) + (x @ w)).nbytes == 4 * (12 + 15)
+    assert saved_for_backward(lambda: x.detach() @ w.detach()) == ([], 0)

@@ -20,6 +20,7 @@ from attncore.lab.training import (  # noqa: E402
     ablate_heads,
     accuracy,
     evaluate,
+    generate,
     head_attention,
     head_scores,
     induction_batch,
@@ -158,6 +159,9 @@ def test_previous_occurrence():
     (dict(embed_std=0.0), "embed_std"),
     (dict(embed_std=float("inf")), "embed_std"),
     (dict(lr=True), "lr"),
+    (dict(n_kv_heads=0), "n_kv_heads"),
+    (dict(n_kv_heads=True), "n_kv_heads"),
+    (dict(num_heads=4, n_kv_heads=3), "n_kv_heads: expected a divisor of num_heads=4"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -434,3 +438,97 @@ def test_adam_written_out_equals_torch_adam_bit_for_bit(foreach):
     assert all(p.grad is None for p in ours) is False
     opt_ours.zero_grad()
     assert all(p.grad is None for p in ours)
+# --------------------------------------------------------------------------------------------
+# grouped-query and multi-query layers (n_kv_heads)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+def test_model_with_n_kv_heads(n_kv_heads):
+    c = InductionConfig(**{**SMALL.__dict__, "n_kv_heads": n_kv_heads})
+    model = init_attention_only(c)
+    d, d_head = c.d_model, c.d_model // c.num_heads
+    d_kv = (n_kv_heads or c.num_heads) * d_head
+    for layer in model.layers:
+        assert layer.num_heads == c.num_heads
+        assert layer.n_kv_heads == (n_kv_heads or c.num_heads)
+        assert tuple(layer.w_k.shape) == tuple(layer.w_v.shape) == (d, d_kv)
+    per_layer = 2 * (d * d + d) + 2 * (d * d_kv + d_kv)        # W_Q, W_O; W_K, W_V
+    assert model.num_parameters() == c.vocab_size * d * 2 + c.seq_len * d \
+        + c.num_layers * per_layer
+    tokens = torch.from_numpy(induction_batch(
+        np.random.default_rng(0), 3, c.seq_len, c.vocab_size, min_repeat=c.min_repeat,
+        max_repeat=c.max_repeat)[0])
+    with torch.no_grad():
+        logits, weights = model.forward(tokens, return_weights=True)
+    assert logits.shape == (3, c.seq_len, c.vocab_size)
+    assert all(w.shape == (3, c.num_heads, c.seq_len, c.seq_len) for w in weights)
+    # a head per query head even when they share keys and values: ablation still works
+    ablated = ablate_heads(model, [(0, 1)])
+    assert all(a.n_kv_heads == b.n_kv_heads for a, b in zip(ablated.layers, model.layers))
+
+
+def test_training_with_shared_keys_and_values_is_seeded():
+    m1, l1 = train_induction(SMALL, n_kv_heads=1)
+    m2, l2 = train_induction(SMALL, n_kv_heads=1)
+    _, l_mha = train_induction(SMALL)
+    assert l1 == l2 and all(math.isfinite(x) for x in l1)
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    assert l1 != l_mha
+
+
+# --------------------------------------------------------------------------------------------
+# generation, with and without the KV cache
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+@pytest.mark.parametrize("n0", [1, 4])
+def test_generate_with_the_cache_equals_recomputing(n_kv_heads, n0):
+    c = InductionConfig(**{**SMALL.__dict__, "n_kv_heads": n_kv_heads})
+    model, _ = train_induction(c)
+    prompt = np.random.default_rng(n0).integers(0, c.vocab_size, (5, n0))
+    steps = c.seq_len - n0
+    threads = torch.get_num_threads()
+    cached, logits_cached = generate(model, prompt, steps)
+    assert torch.get_num_threads() == threads
+    recomputed, logits_recomputed = generate(model, prompt, steps, use_cache=False)
+    assert cached.dtype == np.int64 and cached.shape == (5, c.seq_len)
+    assert logits_cached.dtype == np.float64
+    assert logits_cached.shape == (5, steps, c.vocab_size)
+    np.testing.assert_array_equal(cached[:, :n0], prompt)
+    np.testing.assert_array_equal(cached, recomputed)
+    np.testing.assert_allclose(logits_cached, logits_recomputed, rtol=0, atol=1e-12)
+    # each new token is the arg-max of the logits it was chosen from, and those are the
+    # model's logits at the last position of the sequence so far
+    np.testing.assert_array_equal(cached[:, n0:], logits_cached.argmax(-1))
+    with torch.no_grad():
+        full = model.forward(torch.from_numpy(cached[:, :-1])).numpy()
+    np.testing.assert_allclose(logits_cached, full[:, n0 - 1:], rtol=0, atol=1e-12)
+
+
+def test_generate_zero_steps_returns_the_prompt():
+    model = init_attention_only(SMALL)
+    prompt = np.array([[1, 2, 3]])
+    tokens, logits = generate(model, prompt, 0)
+    np.testing.assert_array_equal(tokens, prompt)
+    assert logits.shape == (1, 0, SMALL.vocab_size)
+
+
+@pytest.mark.parametrize("prompt, steps, kwargs, match", [
+    (np.array([1, 2]), 1, {}, "prompt: expected an integer array"),
+    (np.zeros((1, 0), dtype=np.int64), 1, {}, "n0 >= 1"),
+    (np.array([[0.0, 1.0]]), 1, {}, "prompt: expected an integer array"),
+    (np.array([[True, False]]), 1, {}, "prompt: expected an integer array"),
+    (np.array([[0, -1]]), 1, {}, r"prompt: expected tokens in \[0, 12\)"),
+    (np.array([[0, 12]]), 1, {}, r"prompt: expected tokens in \[0, 12\)"),
+    (np.array([[0, 1]]), -1, {}, "steps"),
+    (np.array([[0, 1]]), 9, {}, "steps: expected n0 \\+ steps <= seq_len=10"),
+    (np.array([[0, 1]]), 1, {"use_cache": 1}, "use_cache"),
+])
+def test_generate_rejects_bad_arguments(prompt, steps, kwargs, match):
+    model = init_attention_only(SMALL)
+    with pytest.raises((ValueError, TypeError), match=match):
+        generate(model, prompt, steps, **kwargs)
+    if kwargs or steps != 1:
+        return
+    with pytest.raises(ValueError, match=match):                   # on both paths
+        generate(model, prompt, steps, use_cache=False)

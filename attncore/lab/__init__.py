@@ -11,12 +11,17 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
 * ``adam.py``          -- Adam written out (the training loops' optimizer)
+* ``inference.py``     -- the KV cache of published models, the arithmetic intensity of a
+  decoding step, attention of many queries timed against one
 * ``order_task.py``    -- a task that needs order (the token k places back) and a one-layer
   model told positions in four ways: none, learned, sinusoidal, RoPE
 * ``plotting.py``      -- attention heatmaps
 * ``diagrams.py``      -- block diagrams of scaled dot-product and multi-head attention
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
-* ``comparisons.py``   -- side-by-side measurements of naive and tiled attention
+* ``comparisons.py``   -- side-by-side measurements of naive and tiled attention (forward and
+  backward passes)
+* ``autograd_reference.py`` -- every gradient of attention by torch autograd, to check the
+  backward pass derived by hand against
 * ``bert_reference.py``, ``head_patterns.py``, ``score_statistics.py``, ``ablation.py``,
   ``sentences.py`` -- for the pretrained MiniLM: a PyTorch-layer reference, what each head
   attends to, query/key moments against the 1/sqrt(d_k) theory, head removal, small corpora

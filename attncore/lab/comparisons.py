@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..attention import scaled_dot_product_attention
+from ..backward import attention_backward, tiled_attention_backward
 from .profiling import (
     check_rounds,
     peak_memory_bytes,
@@ -62,6 +63,29 @@ def naive_vs_tiled(n: int, *, block_size: int = 128, d_k: int = D_K, repeats: in
             t = side_by_side({"naive": naive, "tiled": tiled}, repeats=repeats)
         result.update(naive_s=t["naive"], tiled_s=t["tiled"], time_ratio=t["tiled"] / t["naive"])
     return result
+
+
+def reference_vs_tiled_backward(n: int, *, block_size: int = 128, d_k: int = D_K,
+                                dtype: Any = np.float32) -> dict[str, float]:
+    """Peak memory of the two backward passes of attention, one head, measured alike.
+
+    ``q, k, v`` and the output gradient ``d_out`` have shape ``(n, d_k)``.
+    :func:`~attncore.attention_backward` forms the ``(n, n)`` weights;
+    :func:`~attncore.tiled_attention_backward` gets the output and row log-sum-exp of
+    ``tiled_attention(..., return_lse=True)``, computed before the measurement (the forward
+    pass's results, kept for the backward pass, as a training step keeps them). Each figure
+    is the peak of one call under tracemalloc, inputs excluded, the three gradients
+    included. Returns ``n``, ``block_size``, ``reference_bytes``, ``tiled_bytes`` and
+    ``memory_ratio`` (tiled / reference).
+    """
+    q, k, v = random_qkv((n, d_k), dtype)
+    d_out = random_qkv((n, d_k), dtype, seed=1)[0]
+    out, lse = tiled_attention(q, k, v, block_size=block_size, return_lse=True)
+    reference = peak_memory_bytes(lambda: attention_backward(q, k, v, d_out))
+    tiled = peak_memory_bytes(lambda: tiled_attention_backward(
+        q, k, v, d_out, out=out, lse=lse, block_size=block_size))
+    return {"n": n, "block_size": block_size, "reference_bytes": reference,
+            "tiled_bytes": tiled, "memory_ratio": tiled / reference}
 
 
 def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = (1, 4, 16, 64),

@@ -21,9 +21,9 @@ import contextlib
 import gc
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
-__all__ = ["torch_peak_memory_bytes"]
+__all__ = ["SavedTensors", "saved_for_backward", "torch_peak_memory_bytes"]
 
 
 @contextlib.contextmanager
@@ -128,3 +128,53 @@ def torch_peak_memory_bytes(fn: Callable[[], Any], *, device: Any = "cpu") -> in
             raise ValueError(f"device: got {device!r}, but CUDA is not available")
         return _cuda_peak(fn, dev)
     raise ValueError(f"device: expected the CPU or a CUDA device, got {device!r}")
+
+
+class SavedTensors(NamedTuple):
+    """What autograd keeps from a forward pass for its backward pass.
+
+    Attributes
+    ----------
+    shapes : list of tuple
+        The shape of each distinct tensor saved, in the order they were saved (a tensor
+        saved twice, or a view of one already saved, is listed once, with the shape it
+        was first saved with).
+    nbytes : int
+        The bytes of their storage, each storage counted once.
+    """
+
+    shapes: list
+    nbytes: int
+
+
+def saved_for_backward(fn: Callable[[], Any]) -> SavedTensors:
+    """The tensors that autograd saves while ``fn()`` runs, for the backward pass.
+
+    Runs ``fn`` under ``torch.autograd.graph.saved_tensors_hooks`` and records every
+    tensor an operation saves for its gradient (inputs, intermediate results, statistics),
+    each storage once: views of one tensor share its storage. Inputs that ``fn`` uses
+    from outside are counted too when saved, since the backward pass needs them kept.
+
+    Returns
+    -------
+    SavedTensors
+        ``shapes`` (list of tuples) and ``nbytes`` (int).
+    """
+    import torch
+
+    seen: dict[int, tuple] = {}
+    total = 0
+
+    def pack(t: Any) -> Any:
+        nonlocal total
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in seen:
+            seen[key] = tuple(t.shape)
+            total += storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = fn()
+    del result
+    return SavedTensors(list(seen.values()), total)

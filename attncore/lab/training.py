@@ -40,6 +40,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .._backend import shape_of
+from ..kvcache import KVCache, decode_step
 from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 from .adam import Adam
 
@@ -73,6 +74,10 @@ class InductionConfig:
         Width of the residual stream.
     num_heads : int
         Heads per attention layer (must divide ``d_model``).
+    n_kv_heads : int or None
+        Key/value heads per layer, a divisor of ``num_heads``; ``None`` (the default)
+        means ``num_heads``, ordinary multi-head attention. Fewer give grouped-query
+        attention, 1 multi-query attention (:func:`~attncore.init_multihead`).
     num_layers : int
         Attention layers (2 are needed for induction).
     batch_size : int
@@ -103,6 +108,7 @@ class InductionConfig:
     warmup_steps: int = 20
     embed_std: float = 0.2
     seed: int = 0
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "seq_len", "min_repeat", "max_repeat", "d_model",
@@ -115,6 +121,11 @@ class InductionConfig:
         if self.d_model % self.num_heads:
             raise ValueError(f"num_heads: expected a divisor of d_model={self.d_model}, "
                              f"got {self.num_heads}")
+        if self.n_kv_heads is not None:
+            _check_positive_int("n_kv_heads", self.n_kv_heads)
+            if self.num_heads % self.n_kv_heads:
+                raise ValueError(f"n_kv_heads: expected a divisor of num_heads="
+                                 f"{self.num_heads}, got {self.n_kv_heads}")
         for name in ("lr", "embed_std"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -314,8 +325,8 @@ def init_attention_only(config: InductionConfig) -> AttentionOnlyModel:
     layers = []
     for index in range(c.num_layers):
         layer_seed = int(rng.integers(0, 2**31 - 1)) + index
-        mha = init_multihead(c.d_model, c.num_heads, seed=layer_seed, dtype=torch.float64,
-                             backend="torch")
+        mha = init_multihead(c.d_model, c.num_heads, n_kv_heads=c.n_kv_heads, seed=layer_seed,
+                             dtype=torch.float64, backend="torch")
         for n in _MHA_FIELDS:
             getattr(mha, n).requires_grad_()
         layers.append(mha)
@@ -440,6 +451,69 @@ def _check_pair(tokens: Any, targets: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"targets: expected at least one labelled position (a value other "
                          f"than IGNORE_INDEX={IGNORE_INDEX}), got none")
     return tokens.astype(np.int64), targets.astype(np.int64)
+
+
+def generate(model: AttentionOnlyModel, prompt: np.ndarray, steps: int, *,
+             use_cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy generation: extend ``prompt`` by ``steps`` tokens, each the arg-max of the
+    logits at the last position.
+
+    With ``use_cache`` every layer keeps a :class:`~attncore.KVCache`: the prompt goes
+    through the layers in one step (its keys and values fill the caches), then each new
+    token alone, through :func:`~attncore.decode_step`. Without it, the whole sequence so
+    far is run through :meth:`AttentionOnlyModel.forward` at every step, recomputing every
+    key and value. The two give the same tokens, and logits equal up to rounding.
+
+    Parameters
+    ----------
+    model : AttentionOnlyModel
+    prompt : int array ``(batch, n0)``, ``n0 >= 1``, tokens in ``[0, vocab_size)``
+    steps : int, ``>= 0``; ``n0 + steps`` must not exceed the model's ``seq_len``
+
+    Returns
+    -------
+    tokens : int64 array ``(batch, n0 + steps)``, the prompt followed by the new tokens
+    logits : float64 array ``(batch, steps, vocab_size)``, the logits each new token was
+        chosen from
+    """
+    import torch
+
+    prompt = np.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or not np.issubdtype(prompt.dtype, np.integer):
+        raise ValueError(f"prompt: expected an integer array (batch, n0) with n0 >= 1, got "
+                         f"dtype {prompt.dtype} and shape {prompt.shape}")
+    _check_nonnegative_int("steps", steps)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache: expected True or False, got {use_cache!r}")
+    batch, n0 = prompt.shape
+    vocab, max_len = shape_of(model.tok_emb)[0], shape_of(model.pos_emb)[0]
+    if prompt.size and (int(prompt.min()) < 0 or int(prompt.max()) >= vocab):
+        # checked here, not left to indexing: a negative token would silently pick an
+        # embedding from the end of the table on the cached path
+        raise ValueError(f"prompt: expected tokens in [0, {vocab}), got "
+                         f"[{int(prompt.min())}, {int(prompt.max())}]")
+    if n0 + steps > max_len:
+        raise ValueError(f"steps: expected n0 + steps <= seq_len={max_len} (the positions "
+                         f"the model has embeddings for), got {n0} + {steps}")
+    tokens = torch.from_numpy(prompt.astype(np.int64))
+    chosen = []
+    with _one_thread(), torch.no_grad():
+        caches = [KVCache.for_layer(layer, n0 + steps, (batch,)) for layer in model.layers]
+        new = tokens                                   # what the next step feeds in
+        for _ in range(steps):
+            if use_cache:
+                start = tokens.shape[1] - new.shape[1]
+                h = model.tok_emb[new] + model.pos_emb[start:tokens.shape[1]]
+                for layer, cache in zip(model.layers, caches):
+                    h = h + decode_step(layer, h, cache)
+                logits = h[:, -1] @ model.unembed
+            else:
+                logits = model.forward(tokens)[:, -1]
+            new = logits.argmax(dim=-1, keepdim=True)
+            tokens = torch.cat([tokens, new], dim=1)
+            chosen.append(logits)
+    logits = torch.stack(chosen, dim=1).numpy() if chosen else np.zeros((batch, 0, vocab))
+    return tokens.numpy(), logits
 
 
 def head_attention(model: AttentionOnlyModel, tokens: np.ndarray) -> np.ndarray:
@@ -571,6 +645,7 @@ __all__ = [
     "ablate_heads",
     "accuracy",
     "evaluate",
+    "generate",
     "head_attention",
     "head_scores",
     "induction_batch",

@@ -1,0 +1,422 @@
+"""The KV cache, and decoding a multi-head self-attention layer one step at a time with it.
+
+A causal layer's output at position ``t`` depends on the query of ``t`` and on the keys and
+values of positions ``0 .. t`` only, and a key or value of position ``j`` depends on token
+``j`` only. So when tokens arrive one at a time (autoregressive decoding), each step needs
+to project only the new token, and to attend with its one query to the keys and values of
+every position so far, which earlier steps have already computed: keep them, in a
+:class:`KVCache`, instead of recomputing them.
+
+* :class:`KVCache`              -- keys and values per position, appended step by step and
+  read as arrays; its memory is allocated once, for a stated capacity
+* :func:`decode_step`           -- one step of a layer: project the new token(s), append
+  their keys and values to the cache, attend to the whole cache
+* :func:`decode`                -- a whole sequence through :func:`decode_step`, in chunks
+  of ``chunk_size`` tokens; equal to ``multi_head_attention(params, x, causal=True)``
+* :func:`bottom_right_causal_mask` -- the causal mask of new queries against a longer key
+  sequence (the new queries come *last*), which ``causal=True`` (top-left) is not
+
+All of it works on NumPy arrays and torch tensors, with grouped-query and multi-query
+parameters (the cache then holds ``n_kv_heads`` heads, not ``num_heads``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from ._backend import (
+    NUMPY,
+    TORCH,
+    AttentionShape,
+    backend_of,
+    check_size,
+    dtype_name,
+    find_non_finite,
+    shape_of,
+)
+from ._guard import attention_guard
+from .attention import attend
+from .multihead import (
+    MultiHeadParams,
+    _check_layer,
+    _linear,
+    _numpy_float_dtype,
+    _project_heads,
+    merge_heads,
+)
+
+__all__ = ["KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
+
+
+class KVCache:
+    """Keys and values of the positions decoded so far, for one attention layer.
+
+    The memory is allocated once, for ``capacity`` positions, when the cache is made:
+    appending copies only the new positions, never what the cache holds, and
+    :attr:`nbytes` is the memory the cache takes from the start. This is the choice of
+    serving systems that reserve their cache up front, and it makes the memory a number
+    known in advance rather than one that grows (a cache that grows by reallocating copies
+    all it holds each time, and briefly needs the old and the new buffer at once). Appending
+    beyond the capacity is a ``ValueError`` that says how much room was asked for and how
+    much is left; nothing is reallocated silently.
+
+    Parameters
+    ----------
+    capacity : int
+        Positions the cache can hold, ``>= 0``.
+    batch_shape : tuple of int
+        The leading axes of the keys and values, for a multi-head layer
+        ``(..., n_kv_heads)``: one cache row per sequence and key/value head.
+    d_k : int
+        Width of a key, ``>= 1``.
+    d_v : int, optional
+        Width of a value, ``>= 0`` (default ``d_k``).
+    dtype : NumPy floating dtype or torch.dtype, default numpy.float64
+        As in :func:`~attncore.init_multihead`.
+    backend : {"numpy", "torch"}, default "numpy"
+    device : torch.device or str, optional
+        Where the torch buffers live.
+
+    Attributes
+    ----------
+    keys : array, shape ``batch_shape + (length, d_k)``
+        The keys appended so far, a view of the cache's buffer (not a copy).
+    values : array, shape ``batch_shape + (length, d_v)``
+        The values appended so far, a view.
+    length : int
+        Positions held (also ``len(cache)``).
+    nbytes : int
+        Bytes of the two buffers: ``capacity * prod(batch_shape) * (d_k + d_v)`` numbers.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A size that is not a non-negative integer (``d_k`` positive), a dtype that is not
+        floating, an unknown backend, a device for the NumPy backend.
+
+    Examples
+    --------
+    >>> import numpy as np, attncore as ac
+    >>> cache = ac.KVCache(4, (2,), d_k=3)          # 2 heads, keys and values of width 3
+    >>> keys, values = cache.append(np.ones((2, 1, 3)), np.zeros((2, 1, 3)))
+    >>> keys.shape, len(cache), cache.nbytes         # float64: 4 * 2 * (3 + 3) * 8 bytes
+    ((2, 1, 3), 1, 384)
+    """
+
+    def __init__(self, capacity: int, batch_shape: tuple[int, ...], d_k: int,
+                 d_v: int | None = None, *, dtype: Any = np.float64, backend: str = NUMPY,
+                 device: Any = None) -> None:
+        self.capacity = check_size("capacity", capacity, minimum=0)
+        if not isinstance(batch_shape, tuple):
+            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
+                            f"{batch_shape!r} ({type(batch_shape).__name__})")
+        self.batch_shape = tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
+        self.d_k = check_size("d_k", d_k)
+        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v, minimum=0)
+        if backend not in (NUMPY, TORCH):
+            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+        if backend == NUMPY and device is not None:
+            raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
+        np_dtype = _numpy_float_dtype(dtype, backend)
+        k_shape = self.batch_shape + (self.capacity, self.d_k)
+        v_shape = self.batch_shape + (self.capacity, self.d_v)
+        if backend == NUMPY:
+            self._k, self._v = np.zeros(k_shape, np_dtype), np.zeros(v_shape, np_dtype)
+        else:
+            import torch
+
+            tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
+            self._k = torch.zeros(k_shape, dtype=tdtype, device=device)
+            self._v = torch.zeros(v_shape, dtype=tdtype, device=device)
+        self.length = 0
+
+    @classmethod
+    def for_layer(cls, params: MultiHeadParams, capacity: int,
+                  batch_shape: tuple[int, ...] = ()) -> "KVCache":
+        """An empty cache for the self-attention layer ``params``: ``batch_shape +
+        (params.n_kv_heads,)`` rows of width ``params.d_head``, in the parameters' library,
+        dtype and device. ``batch_shape`` is the leading shape of the layer's input
+        (``x.shape[:-2]``)."""
+        if not isinstance(params, MultiHeadParams):
+            raise TypeError(f"params: expected a MultiHeadParams, got {type(params).__name__}")
+        if not isinstance(batch_shape, tuple):
+            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
+                            f"{batch_shape!r} ({type(batch_shape).__name__})")
+        device = None if params.backend == NUMPY else params.w_q.device
+        return cls(capacity, batch_shape + (params.n_kv_heads,), params.d_head,
+                   dtype=params.w_q.dtype, backend=params.backend, device=device)
+
+    # --- reading -------------------------------------------------------------------------
+
+    @property
+    def keys(self) -> Any:
+        return self._k[..., :self.length, :]
+
+    @property
+    def values(self) -> Any:
+        return self._v[..., :self.length, :]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._k.nbytes + self._v.nbytes) if isinstance(self._k, np.ndarray) else \
+            (self._k.numel() + self._v.numel()) * self._k.element_size()
+
+    @property
+    def backend(self) -> str:
+        """``"numpy"`` or ``"torch"``."""
+        return NUMPY if isinstance(self._k, np.ndarray) else TORCH
+
+    @property
+    def dtype(self) -> Any:
+        return self._k.dtype
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return (f"KVCache(length={self.length}, capacity={self.capacity}, batch_shape="
+                f"{self.batch_shape}, d_k={self.d_k}, d_v={self.d_v}, "
+                f"dtype={dtype_name(self._k)})")
+
+    # --- writing -------------------------------------------------------------------------
+
+    def append(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """Store the keys and values of ``n`` new positions after those held.
+
+        Parameters
+        ----------
+        k : array, shape ``batch_shape + (n, d_k)``
+        v : array, shape ``batch_shape + (n, d_v)``
+            The cache's library, device and dtype; ``n >= 0``.
+
+        Returns
+        -------
+        keys, values : arrays, shapes ``batch_shape + (length, d_k)`` and ``(..., d_v)``
+            Every position held after the append (:attr:`keys`, :attr:`values`: views).
+
+        Raises
+        ------
+        TypeError
+            A library, device or dtype other than the cache's.
+        ValueError
+            A shape other than ``batch_shape + (n, d)``, different ``n`` in ``k`` and ``v``,
+            or more positions than the capacity leaves; the cache is then unchanged.
+        """
+        backend_of(cache=self._k, k=k, v=v)
+        for name, x in (("k", k), ("v", v)):
+            if x.dtype != self._k.dtype:
+                raise TypeError(f"{name}: expected the cache's dtype {dtype_name(self._k)}, "
+                                f"got {dtype_name(x)}")
+        ks, vs = shape_of(k), shape_of(v)
+        b = self.batch_shape
+        for name, xs, d in (("k", ks, "d_k"), ("v", vs, "d_v")):
+            width = getattr(self, d)
+            if len(xs) != len(b) + 2 or xs[:-2] != b or xs[-1] != width:
+                layout = "(" + "".join(f"{i}, " for i in b) + f"n, {width})"
+                raise ValueError(f"{name}: expected shape batch_shape + (n, {d}) = {layout}, "
+                                 f"got {xs}")
+        n = ks[-2]
+        if vs[-2] != n:
+            raise ValueError(f"k and v must hold the same number of positions n: k has shape "
+                             f"{ks} (n={n}), v has shape {vs} (n={vs[-2]})")
+        if self.length + n > self.capacity:
+            raise ValueError(f"k, v: cannot append {n} positions to a KVCache holding "
+                             f"{self.length} of its capacity {self.capacity} (room for "
+                             f"{self.capacity - self.length}); make the cache with a larger "
+                             f"capacity")
+        start, self.length = self.length, self.length + n
+        self._k[..., start:self.length, :] = k
+        self._v[..., start:self.length, :] = v
+        return self.keys, self.values
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (``0 <= length <= self.length``), as
+        when drafted tokens are rejected; the memory stays allocated."""
+        length = check_size("length", length, minimum=0)
+        if length > self.length:
+            raise ValueError(f"length: expected at most the {self.length} positions held, "
+                             f"got {length}")
+        self.length = length
+
+    def reset(self) -> None:
+        """Empty the cache (``truncate(0)``), to decode another sequence in its memory."""
+        self.length = 0
+
+
+def bottom_right_causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
+    """The causal mask of the *last* ``n_q`` positions of a sequence of ``n_k``.
+
+    Query ``i`` stands at position ``n_k - n_q + i`` and may attend to keys ``j <= n_k -
+    n_q + i``: ``tril(ones(n_q, n_k), k=n_k - n_q)``, aligned at the bottom-right corner.
+    This is the mask of new tokens against a cache that also holds the earlier ones
+    (PyTorch's ``torch.nn.attention.bias.causal_lower_right``). ``causal=True`` and
+    :func:`~attncore.causal_mask` are aligned at the top-left, ``tril(ones(n_q, n_k))``,
+    which is right only when ``n_q = n_k``: with one new query it would let it see key 0
+    alone. When ``n_q > n_k`` the first ``n_q - n_k`` rows are empty.
+
+    Parameters
+    ----------
+    n_q, n_k : int
+        Numbers of queries and keys, ``>= 0``.
+    like : numpy.ndarray or torch.Tensor, optional
+        A tensor makes the result a ``torch.bool`` tensor on its device.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(n_q, n_k)``, bool
+
+    Examples
+    --------
+    >>> import attncore as ac
+    >>> ac.bottom_right_causal_mask(2, 4).astype(int)
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
+    """
+    n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
+    if like is None or isinstance(like, np.ndarray):
+        return np.tri(n_q, n_k, n_k - n_q, dtype=bool)
+    backend_of(like=like)
+    import torch
+
+    return torch.ones(n_q, n_k, dtype=torch.bool, device=like.device).tril(n_k - n_q)
+
+
+def _check_cache(cache: Any, params: MultiHeadParams, x: Any) -> None:
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache: expected a KVCache (KVCache.for_layer(params, capacity, "
+                        f"batch_shape)), got {type(cache).__name__}")
+    backend_of(cache=cache._k, x=x)
+    if cache.dtype != x.dtype:
+        raise TypeError(f"cache: expected the dtype of x, {dtype_name(x)}, got a cache of "
+                        f"{dtype_name(cache._k)}")
+    want = tuple(shape_of(x)[:-2]) + (params.n_kv_heads,)
+    if cache.batch_shape != want or cache.d_k != params.d_head or cache.d_v != params.d_head:
+        raise ValueError(f"cache: expected batch_shape x.shape[:-2] + (n_kv_heads,) = {want} "
+                         f"and d_k = d_v = d_head = {params.d_head}, got batch_shape "
+                         f"{cache.batch_shape}, d_k={cache.d_k}, d_v={cache.d_v}")
+    n_new = shape_of(x)[-2]
+    if cache.length + n_new > cache.capacity:
+        raise ValueError(f"cache: cannot append {n_new} positions to a KVCache holding "
+                         f"{cache.length} of its capacity {cache.capacity} (room for "
+                         f"{cache.capacity - cache.length}); make the cache with a larger "
+                         f"capacity")
+
+
+def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
+    """One step of cached decoding through a causal multi-head self-attention layer.
+
+    The new tokens' queries, keys and values are projected; the keys and values are
+    appended to ``cache``; each new query attends to every position in the cache up to its
+    own (for one new token: to all of them, so no mask is needed; for several, with
+    :func:`bottom_right_causal_mask`). Then the heads are merged and projected by ``W_O``.
+
+    Parameters
+    ----------
+    params : MultiHeadParams
+        A self-attention layer (``d_kv = d_model``), any ``n_kv_heads``.
+    x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+        The inputs of the ``n >= 1`` new positions (usually ``n = 1``; a prompt, or a chunk
+        of one, has more).
+    cache : KVCache
+        This layer's cache, with ``batch_shape = x.shape[:-2] + (params.n_kv_heads,)``,
+        ``d_k = d_v = params.d_head``, the library, device and dtype of ``x``, and room for
+        ``n`` more positions. It holds the positions before ``x``'s and is extended by
+        ``x``'s.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+        Equal, up to rounding, to the rows of ``multi_head_attention(params, x_all,
+        causal=True)`` at these positions, where ``x_all`` is every input so far.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`~attncore.multi_head_attention` for ``params`` and ``x``; a cache of
+        another layout, library or dtype, or without room. On any error the cache is
+        left as it was.
+    """
+    if not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params: expected a MultiHeadParams (see init_multihead), got "
+                        f"{type(params).__name__}")
+    if params.d_kv != params.d_model:
+        raise ValueError(f"params: expected a self-attention layer (d_kv == d_model) to "
+                         f"decode, got d_kv={params.d_kv}, d_model={params.d_model}")
+    layer = _check_layer(params, x, None, None, False, names=("x", "x"))
+    _check_cache(cache, params, x)
+    n_new = layer.n_q
+    if n_new == 0:
+        raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
+    q, k, v = _project_heads(params, layer, x)
+    if not layer.certified and find_non_finite(q=q, k=k, v=v) is not None:
+        raise ValueError("x, params: expected projections that fit in dtype "
+                         f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
+                         f"inputs or weights")
+    start = cache.length
+    keys, values = cache.append(k, v)
+    try:
+        h, d = params.num_heads, params.d_head
+        # The new queries are the last n_new of start + n_new positions: with an empty
+        # cache that is ordinary (top-left) causal attention, otherwise bottom-right.
+        mask = None if n_new == 1 or start == 0 else \
+            bottom_right_causal_mask(n_new, start + n_new, like=x)
+        shape = AttentionShape(backend_of(x=x), layer.batch + (h,), n_new, start + n_new, d,
+                               d, 1.0 / math.sqrt(d), n_new > 1 and start == 0,
+                               h // params.n_kv_heads)
+        guard = attention_guard(q, keys, values, shape,
+                                names=("q", "cache.keys", "cache.values"),
+                                inputs="x, the cache or params",
+                                scores="q @ cache.keys^T / sqrt(d_head), per head")
+        heads = attend(q, keys, values, mask, shape, False, guard)
+        out = _linear(merge_heads(heads), params.w_o, params.b_o)
+        if find_non_finite(out=out) is not None:
+            raise ValueError(f"x, params: expected an output that fits in dtype "
+                             f"{dtype_name(out)}, got an overflow in the output projection "
+                             f"heads @ params.w_o; use a wider dtype or smaller inputs or "
+                             f"weights")
+    except Exception:
+        cache.truncate(start)
+        raise
+    return out
+
+
+def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
+           cache: KVCache | None = None) -> Any:
+    """Run a sequence through a causal self-attention layer step by step, with a KV cache.
+
+    Positions are fed to :func:`decode_step` ``chunk_size`` at a time (1: one token per
+    step, as in autoregressive generation). The result equals ``multi_head_attention(params,
+    x, causal=True)`` up to rounding, on every backend and for any ``n_kv_heads``.
+
+    Parameters
+    ----------
+    params : MultiHeadParams
+        A self-attention layer.
+    x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+    chunk_size : int, default 1
+        Positions per step, ``>= 1``.
+    cache : KVCache, optional
+        Continue from the positions this cache holds (they come before ``x``'s), and leave
+        ``x``'s keys and values in it. By default a new cache of capacity ``n``.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+    """
+    chunk_size = check_size("chunk_size", chunk_size)
+    layer = _check_layer(params, x, None, None, False, names=("x", "x"))
+    n = layer.n_q
+    if cache is None:
+        cache = KVCache.for_layer(params, n, layer.batch)
+    _check_cache(cache, params, x)
+    if n == 0:
+        return _linear(x, params.w_o, None)             # (..., 0, d_model)
+    outs = [decode_step(params, x[..., i:i + chunk_size, :], cache)
+            for i in range(0, n, chunk_size)]
+    if isinstance(x, np.ndarray):
+        return np.concatenate(outs, axis=-2)
+    return sys.modules["torch"].cat(outs, dim=-2)
