@@ -363,7 +363,14 @@ def _linear(x: Any, w: Any, b: Any, layer: Any = None) -> Any:
         # error, so NumPy's warnings would only repeat it
         with np.errstate(over="ignore", invalid="ignore"):
             return _linear(x, w, b)
-    y = x @ w
+    if isinstance(x, np.ndarray) and x.ndim > 2:
+        # NumPy multiplies a (batch, n, d) array by a matrix with one BLAS call per batch
+        # entry (each of which waits for BLAS's threads); the rows folded into one matrix
+        # are the same product in one call.
+        rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+        y = (rows @ w).reshape(x.shape[:-1] + (w.shape[-1],))
+    else:
+        y = x @ w
     return y if b is None else y + b
 
 

@@ -334,7 +334,7 @@ def finalize_softmax_state(state: SoftmaxState) -> Any:
 
 # --- tiled attention ---------------------------------------------------------------------
 
-def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any = None,
+def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any = None,
                     causal: bool = False, scale: Any = None, enable_gqa: bool = False,
                     return_lse: bool = False) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
@@ -347,7 +347,7 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 128, mask: Any 
     q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_k)``, floating
     k : same library and dtype, shape ``(..., n_k, d_k)``
     v : same library and dtype, shape ``(..., n_k, d_v)``
-    block_size : int, default 128
+    block_size : int, default 512
         Keys per block, a positive integer; it need not divide ``n_k``.
     mask : boolean array broadcastable to ``(..., n_q, n_k)``, optional
         ``True`` = may attend; the same rules as the reference (at most 2 dimensions, or

@@ -42,3 +42,45 @@ def test_naive_vs_tiled_memory_ratio_falls_with_n():
     large = naive_vs_tiled(2048, block_size=64, measure_time=False)
     assert large["memory_ratio"] < 0.5 * small["memory_ratio"] < 0.5
     assert large["naive_bytes"] >= 2048 * 2048 * 4     # the float32 score matrix, at least
+
+
+def test_rotated_rounds_rotate_the_order_and_time_every_round():
+    import pytest
+
+    from attncore.lab.profiling import rotated_rounds
+
+    order = []
+    times = rotated_rounds({name: (lambda name=name: order.append(name)) for name in "abc"},
+                           rounds=9)
+    assert order[:3] == ["a", "b", "c"]                      # one warm-up call each
+    rounds = [order[3 + 3 * r:6 + 3 * r] for r in range(9)]
+    assert rounds[:4] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert all(len(times[name]) == 9 for name in "abc")
+    for bad in (8, 9.0, True):
+        with pytest.raises(ValueError, match="rounds: expected at least 9"):
+            rotated_rounds({"a": lambda: None}, rounds=bad)
+
+
+def test_rotated_rounds_repeat_fast_calls_within_a_sample():
+    import time
+
+    from attncore.lab.profiling import rotated_rounds
+
+    calls = []
+
+    def fast():
+        calls.append(1)
+        time.sleep(0.001)
+
+    times = rotated_rounds({"fast": fast}, rounds=9, min_sample_s=0.005)
+    assert len(calls) >= 1 + 9 * 3             # several calls per sample
+    assert all(t < 0.004 for t in times["fast"])   # each sample divided by its count
+
+
+def test_ratio_spread_takes_the_ratio_of_each_round():
+    from attncore.lab.profiling import ratio_spread
+
+    times = {"a": [2.0, 4.0, 6.0, 8.0, 10.0], "b": [1.0, 1.0, 2.0, 2.0, 1.0]}
+    s = ratio_spread(times, "a", "b")
+    # per-round ratios 2, 4, 3, 4, 10: median 4, quartiles 3 and 4 (not 6 / 2 = 3)
+    assert (s["median"], s["q1"], s["q3"], s["rounds"]) == (4.0, 3.0, 4.0, 5)

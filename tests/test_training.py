@@ -407,6 +407,37 @@ def test_model_container_type():
     assert isinstance(init_attention_only(SMALL), AttentionOnlyModel)
 
 
+# --- the optimizer --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_adam_written_out_equals_torch_adam_bit_for_bit(foreach):
+    from attncore.lab.adam import Adam
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(3, 4), (5,), (2, 2, 2)]
+    ours = [torch.randn(s, generator=gen, dtype=torch.float64, requires_grad=True)
+            for s in shapes]
+    theirs = [p.detach().clone().requires_grad_(True) for p in ours]
+    opt_ours = Adam(ours, lr=0.05)
+    opt_theirs = torch.optim.Adam(theirs, lr=0.05, foreach=foreach)
+    targets = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    for step in range(6):
+        lr = 0.05 / (1 + step)                      # the rate may change between steps
+        opt_ours.lr = lr
+        for group in opt_theirs.param_groups:
+            group["lr"] = lr
+        for params, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+            opt.zero_grad()
+            # the last tensor gets no gradient in odd steps: both leave it alone
+            used = params if step % 2 == 0 else params[:-1]
+            sum(((p - t) ** 2 * (1 + k)).sum() for k, (p, t) in enumerate(zip(used, targets))
+                ).backward()
+            opt.step()
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b), f"step {step}: {(a - b).abs().max()}"
+    assert all(p.grad is None for p in ours) is False
+    opt_ours.zero_grad()
+    assert all(p.grad is None for p in ours)
 # --------------------------------------------------------------------------------------------
 # grouped-query and multi-query layers (n_kv_heads)
 

@@ -10,6 +10,7 @@ views). What the chapters use to *study* it lives here, one module per instrumen
   five-word sentence of chapters 3 and 4
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
+* ``adam.py``          -- Adam written out (the training loops' optimizer)
 * ``inference.py``     -- the KV cache of published models, the arithmetic intensity of a
   decoding step, attention of many queries timed against one
 * ``order_task.py``    -- a task that needs order (the token k places back) and a one-layer

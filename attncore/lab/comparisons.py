@@ -13,7 +13,13 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention
 from ..backward import attention_backward, tiled_attention_backward
-from .profiling import peak_memory_bytes, side_by_side
+from .profiling import (
+    check_rounds,
+    peak_memory_bytes,
+    ratio_spread,
+    rotated_rounds,
+    side_by_side,
+)
 from ..tiled import tiled_attention
 
 D_K = 64
@@ -100,13 +106,9 @@ def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = 
     ``throughput`` = ``1 / ratio``: the fraction of the wide product's flop rate that the
     narrow heads reach.
     """
-    import statistics
-    import time
-
     import torch
 
-    if rounds < 9:
-        raise ValueError(f"rounds: expected at least 9 rotated rounds, got {rounds}")
+    check_rounds(rounds)
     for w in widths:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1 or d_model % w:
             raise ValueError(f"widths: expected positive divisors of d_model={d_model}, "
@@ -125,21 +127,13 @@ def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = 
     before = torch.get_num_threads()
     torch.set_num_threads(1)      # the kernel's own efficiency, not the threads' balance
     try:
-        for fn in fns.values():
-            fn()                  # warm-up: first touch of the output's pages, caches
-        times: dict[int, list[float]] = {w: [] for w in fns}
-        order = list(fns)
-        for r in range(rounds):
-            for w in order[r % len(order):] + order[:r % len(order)]:
-                start = time.perf_counter()
-                fns[w]()
-                times[w].append(time.perf_counter() - start)
+        # (the warm-up call also touches the output's pages)
+        times = rotated_rounds(fns, rounds=rounds)
     finally:
         torch.set_num_threads(before)
     out = []
     for w in widths:
-        ratios = [a / b for a, b in zip(times[w], times[d_model])]
-        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-        out.append({"width": w, "heads": d_model // w, "ratio": median, "ratio_q1": q1,
-                    "ratio_q3": q3, "throughput": 1.0 / median})
+        s = ratio_spread(times, w, d_model)
+        out.append({"width": w, "heads": d_model // w, "ratio": s["median"],
+                    "ratio_q1": s["q1"], "ratio_q3": s["q3"], "throughput": 1.0 / s["median"]})
     return out

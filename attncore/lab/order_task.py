@@ -36,6 +36,7 @@ import numpy as np
 from .._backend import shape_of
 from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 from ..positions import rope_multi_head_attention, sinusoidal_positions
+from .adam import Adam
 # the look-back model trains like the induction model: the same checks, loss and one-thread
 # context (attncore.lab.training)
 from .training import (
@@ -280,7 +281,7 @@ def train_lookback(config: LookbackConfig | None = None, **overrides: Any
     with _one_thread():
         model = init_order_model(c)
         data = np.random.default_rng(c.seed + 1)
-        opt = torch.optim.Adam(model.parameters(), lr=c.lr)
+        opt = Adam(model.parameters(), lr=c.lr)
         losses: list[float] = []
         for _ in range(c.steps):
             tokens, targets = lookback_batch(data, c.batch_size, c.seq_len, c.vocab_size,

@@ -7,6 +7,7 @@ warm-up, so that one slow run (a page fault, another process) does not move the 
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import sys
@@ -58,6 +59,61 @@ def side_by_side(fns: dict[str, Callable[[], Any]], *, repeats: int = 5,
         for name, fn in fns.items():
             rounds[name].append(median_time(fn, repeats=1, warmup=0, device=device))
     return {name: statistics.median(ts) for name, ts in rounds.items()}
+
+
+def check_rounds(rounds: Any) -> int:
+    """``rounds`` if it is an integer of at least 9 (the course's rule for a reported
+    ratio), else ``ValueError``."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 9:
+        raise ValueError(f"rounds: expected at least 9 rotated rounds, got {rounds!r}")
+    return rounds
+
+
+def rotated_rounds(fns: dict[str, Callable[[], Any]], *, rounds: int = 9,
+                   min_sample_s: float = 0.0, device: Any = None) -> dict[str, list[float]]:
+    """Seconds per call of each function, measured in ``rounds`` rounds whose order rotates.
+
+    Each function is called once first (a warm-up: allocations, lazy initialisation,
+    caches). Round ``r`` then times every function once, starting with the ``r``-th (modulo
+    their number): for two functions the order is AB, BA, AB, ..., so a drift in the
+    machine's speed favours neither. A ratio of two functions is taken **per round** (see
+    :func:`ratio_spread`), so a burst of load that slows one round slows both sides of its
+    ratio. ``min_sample_s`` > 0 repeats a fast call within each sample until the sample
+    lasts about that long (the count is fixed per function from its warm-up), so that the
+    clock's resolution and the timer's own cost do not show; the sample is divided by the
+    count. ``rounds`` must be at least 9, the course's rule for a reported ratio.
+    Pass ``device`` (e.g. ``"cuda"``) to synchronise before each reading of the clock.
+    """
+    check_rounds(rounds)
+    counts = {}
+    for name, fn in fns.items():
+        first = median_time(fn, repeats=1, warmup=0, device=device)
+        counts[name] = max(1, math.ceil(min_sample_s / first)) if first > 0 else 1
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            fn, number = fns[name], counts[name]
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            _sync(device)
+            times[name].append((time.perf_counter() - start) / number)
+    return times
+
+
+def quartiles(values: list[float]) -> dict[str, float]:
+    """Median and quartiles (``median``, ``q1``, ``q3``) of at least two numbers."""
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return {"median": median, "q1": q1, "q3": q3}
+
+
+def ratio_spread(times: dict[str, list[float]], a: str, b: str) -> dict[str, float]:
+    """The per-round ratios ``times[a] / times[b]`` of :func:`rotated_rounds`: their
+    ``median``, quartiles ``q1`` and ``q3``, and the number of ``rounds``."""
+    ratios = [x / y for x, y in zip(times[a], times[b])]
+    return {**quartiles(ratios), "rounds": len(ratios)}
 
 
 def peak_memory_bytes(fn: Callable[[], Any]) -> int:

@@ -1,0 +1,61 @@
+"""bench/: the benchmark runs end to end and writes its tables (never how fast anything is).
+
+The sizes are made tiny, so this checks the code that produces the committed results (and
+the GPU tables' code, run on the CPU here), not the results.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("threadpoolctl")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import measure, run  # noqa: E402
+
+TINY = {"torch": [(32, 1), (16, 2)], "multihead": [8], "bare": [(32, 1), (16, 2)],
+        "products": [16, 32], "peak": 16, "breakdown": 16, "projection": [(2, 8)],
+        "tiled": [(64, 1), (32, 2)], "gpu": [16, 32]}
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(run, "sizes", lambda quick: TINY)
+    monkeypatch.setattr(measure, "MIN_SAMPLE_S", 0.0)
+    monkeypatch.setattr(measure, "SGEMM_SIZE", 16)
+
+
+def test_the_cpu_benchmark_writes_its_tables_and_plot(tiny, tmp_path):
+    assert run.main(["--out", str(tmp_path)]) == 0
+    md = (tmp_path / "cpu.md").read_text()
+    assert (tmp_path / "cpu.png").stat().st_size > 10_000
+    assert (tmp_path / "raw" / "cpu.json").is_file()
+    # every figure is a median with its interquartile range, and says what load it ran under
+    assert re.search(r"\| \d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\] \|", md)
+    assert md.count("Load during this table: load average (1 min)") >= 6
+    assert "sgemm" in md and "ns per float32 element" in md
+    # the targets come first, one row per figure, each met or missed
+    targets = md.split("### The targets")[1].split("###")[0]
+    assert targets.count(" | met |") + targets.count(" | **missed** |") >= len(TINY["torch"]) + 5
+    for target in ("at most 1.25", "at most 1.05", "at most 1.15", "at most 1.3"):
+        assert target in md
+    assert f"default block ({run.default_block_size()})" in md
+
+
+def test_the_gpu_tables_are_written_from_a_run(tiny):
+    torch = pytest.importorskip("torch")
+    r = run.run_gpu(True, 9, lambda message: None, device="cpu")
+    md = run.gpu_markdown(r, "python -m bench.run --gpu")
+    assert md.count("| float16 |") == 2 and md.count("| bfloat16 |") == 2
+    assert "target" in md and "Load during the run" in md
+    del torch
+
+
+def test_rounds_below_nine_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        run.main(["--rounds", "5"])
+    assert "at least 9" in capsys.readouterr().err
