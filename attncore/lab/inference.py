@@ -17,10 +17,10 @@ otherwise the nominal size of the model's name.
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
+
+from .profiling import ratio_spread, rotated_rounds
 
 __all__ = ["PUBLISHED", "ModelShape", "attention_intensity", "kv_cache_bytes",
            "queries_per_read", "weight_bytes"]
@@ -172,25 +172,16 @@ def queries_per_read(n_keys: int = 65536, d_head: int = 128,
         q = torch.randn(m, d_head, generator=gen)
         return lambda: torch.softmax((q * scale) @ k.T, dim=-1) @ v
 
-    fns = {m: step(m) for m in dict.fromkeys((1, *queries))}
+    fns = {str(m): step(m) for m in dict.fromkeys((1, *queries))}
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for fn in fns.values():
-            fn()                                       # warm-up
-        times: dict[int, list[float]] = {m: [] for m in fns}
-        order = list(fns)
-        for r in range(rounds):
-            for m in order[r % len(order):] + order[:r % len(order)]:
-                start = time.perf_counter()
-                fns[m]()
-                times[m].append(time.perf_counter() - start)
+        times = rotated_rounds(fns, rounds=rounds)
     finally:
         torch.set_num_threads(before)
     out = []
     for m in queries:
-        ratios = [a / b for a, b in zip(times[m], times[1])]
-        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-        out.append({"queries": m, "ratio": median, "ratio_q1": q1, "ratio_q3": q3,
-                    "per_query": median / m})
+        spread = ratio_spread(times, str(m), "1")
+        out.append({"queries": m, "ratio": spread["median"], "ratio_q1": spread["q1"],
+                    "ratio_q3": spread["q3"], "per_query": spread["median"] / m})
     return out
