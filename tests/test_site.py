@@ -1,25 +1,24 @@
 """The website: it builds with warnings as errors, and its math renders with no network.
 
 The build is the README's own command (scripts/build-book). The browser check loads built
-pages from disk in Debian's headless Chromium, with every network request refused, and asserts
-that MathJax (served from the site itself) typeset the formulas.
+pages from disk in Debian's headless Chromium (one browser for all pages, driven through its
+DevTools pipe: see headless_chromium.py), with every network request refused, asserts that
+MathJax (served from the site itself) typeset the formulas, and that no page reported an
+error: no uncaught exception, no console.error, no file that failed to load.
 """
 
 from __future__ import annotations
 
 import html
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
+from headless_chromium import BrowserError, Chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -61,35 +60,16 @@ def test_no_page_loads_anything_from_the_network(site):
             pytest.fail(f"{page.relative_to(site)} loads a remote resource: {tag}")
 
 
-def render_with_console(page: Path) -> tuple[str, list[str]]:
-    """The DOM of ``page`` after Chromium has run its scripts, with networking refused, and
-    the errors its scripts reported to the browser console."""
-    if CHROMIUM is None:
-        pytest.fail("Debian's chromium is not installed: `apt-get install chromium` "
-                    "(scripts/test installs it when run as root)")
-    with tempfile.TemporaryDirectory() as profile:
-        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-               "--no-first-run", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
-               # no network: every host resolves to nothing and any proxy use goes nowhere
-               "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
-               "--allow-file-access-from-files",
-               # the page's console messages go to stderr, where the test reads them
-               "--enable-logging=stderr", "--v=0",
-               # let MathJax's deferred, asynchronous typesetting finish before the dump
-               "--virtual-time-budget=20000", "--run-all-compositor-stages-before-draw",
-               "--dump-dom", page.as_uri()]
-        proc = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=120, env={**os.environ, "HOME": profile})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line
-              and re.search(r"ERROR:CONSOLE|Uncaught|SyntaxError|TypeError|ReferenceError",
-                            line)]
-    return proc.stdout, errors
-
-
-def render(page: Path) -> str:
-    return render_with_console(page)[0]
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for every page of this module (started once: it costs a second
+    of CPU a time), closed, or killed, when the module is done."""
+    try:
+        chromium = Chromium()
+    except BrowserError as e:
+        pytest.fail(str(e))
+    with chromium:
+        yield chromium
 
 
 def visible_text(dom: str, *, code: bool = True) -> str:
@@ -116,11 +96,11 @@ def _toc_pages() -> list[str]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("stem", _toc_pages())
-def test_page_renders_offline_without_errors(site, stem):
+def test_page_renders_offline_without_errors(site, browser, stem):
     page = site / f"{stem}.html"
     source = page.read_text()
     n_math = len(re.findall(r'class="[^"]*\bmath\b', source))
-    dom, console_errors = render_with_console(page)
+    dom, console_errors = browser.render(page)
     assert not console_errors, f"{stem}: errors in the browser console: {console_errors[:3]}"
     typeset = len(re.findall(r"<mjx-container\b", dom))
     assert typeset >= n_math, f"{stem}: {typeset} formulas typeset, expected >= {n_math}"
@@ -136,13 +116,31 @@ def test_page_renders_offline_without_errors(site, stem):
 
 
 @pytest.mark.browser
-def test_the_browser_checks_catch_console_errors_and_raw_tex(tmp_path):
-    # Guards the test above against passing vacuously.
-    page = tmp_path / "broken.html"
-    page.write_text("<html><body><p>Raw $x + \\mathbf{y}$ here.</p>"
-                    "<script>const a = 1;</script><script>const a = 2;</script></body></html>")
-    dom, errors = render_with_console(page)
-    assert errors, "a redeclared const was not reported"
+def test_the_browser_checks_catch_console_errors_and_raw_tex(browser, tmp_path):
+    # Guards the test above against passing vacuously: each kind of error, alone on a page,
+    # is reported (Chromium's own log cannot tell a console.error from a console.log), and
+    # a page that only logs and informs is not.
+    broken = {  # what: (the page's script, words its report must hold)
+        "a redeclared const": ("<script>const a = 1;</script><script>const a = 2;</script>",
+                               "already been declared"),
+        "a plain console.error": ("<script>console.error('Got invalid theme mode');</script>",
+                                  "Got invalid theme mode"),
+        "an uncaught exception": ("<script>null.mode;</script>", "TypeError"),
+        "a console.error after a timer": (
+            "<script>setTimeout(() => console.error('late error'), 5000);</script>",
+            "late error"),
+        "a script that failed to load": ('<script src="missing.js"></script>', "missing.js"),
+    }
+    for i, (what, (body, words)) in enumerate(broken.items()):
+        page = tmp_path / f"broken_{i}.html"
+        page.write_text(f"<!DOCTYPE html><html><body><p>x</p>{body}</body></html>")
+        dom, errors = browser.render(page)
+        assert any(words in e for e in errors), f"{what} was not reported: {errors}"
+    page = tmp_path / "quiet.html"
+    page.write_text("<!DOCTYPE html><html><body><p>Raw $x + \\mathbf{y}$ here.</p><script>"
+                    "console.log('log'); console.info('info');</script></body></html>")
+    dom, errors = browser.render(page)
+    assert not errors, f"console.log and console.info were reported as errors: {errors}"
     assert RAW_TEX.search(visible_text(dom, code=False))
 
 

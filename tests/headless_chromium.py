@@ -1,0 +1,312 @@
+"""Render pages in one headless Chromium, driven through its DevTools pipe, with no network.
+
+Starting Chromium costs about a second of CPU and the site has over a dozen pages, so one
+browser renders them all, each in a fresh tab, with the switches a one-page
+``chromium --headless --dump-dom --virtual-time-budget=20000`` run gets. For each page
+:meth:`Chromium.render` returns
+
+- the DOM that such a run prints: the page runs for 20 s of virtual time (its clock paused
+  while files load, its timers fast-forwarded), and MathJax, if the page loads it, has then
+  finished typesetting (its startup promise is awaited, not assumed), and
+- the errors the page reported: uncaught exceptions (syntax errors included),
+  ``console.error`` and ``console.assert`` calls, and the browser's own error entries for
+  the page (a file that failed to load, a request refused because the network is off).
+
+Reading the console through the protocol is the point: Chromium's ``--enable-logging`` writes
+every console message as ``INFO:CONSOLE``, whatever its level, so a ``console.error`` in the
+log cannot be told from a ``console.log``.
+
+The DevTools protocol runs over ``--remote-debugging-pipe``: JSON messages, each ended by a
+NUL byte, that Chromium reads on its file descriptor 3 and writes on 4 (no websocket, no
+port).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+# No GPU, no network (every host resolves to nothing and any proxy use goes nowhere), no
+# background traffic; pages opened from disk may load the site's other files.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+         "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
+
+# Virtual milliseconds a page runs before it is read, as chromium --virtual-time-budget=20000.
+VIRTUAL_TIME_MS = 20000
+
+# The page as --dump-dom prints it.
+DOM = """(document.doctype ? new XMLSerializer().serializeToString(document.doctype) + "\\n"
+                          : "") + document.documentElement.outerHTML"""
+
+# Settles with "" once MathJax, if the page loads it, has typeset the page (MathJax 3's
+# startup promise resolves after the first typesetting), or with why it did not.
+TYPESET_DONE = """
+new Promise(resolve => {
+  const start = Date.now();
+  (function wait() {
+    const mj = window.MathJax;
+    if (!document.querySelector('script[src*="mathjax" i]')) {
+      resolve("");                              // no MathJax on this page
+    } else if (mj && mj.startup && mj.startup.promise) {
+      mj.startup.promise.then(() => resolve(""),
+                              e => resolve("MathJax failed: " + e));
+    } else if (Date.now() - start > %(limit_ms)d) {
+      resolve("MathJax did not start within %(limit_ms)d ms");
+    } else {
+      setTimeout(wait, 20);                     // its script has not run yet
+    }
+  })();
+})
+"""
+
+
+class BrowserError(RuntimeError):
+    """Chromium could not be started, did not answer in time, or failed a command."""
+
+
+class Chromium:
+    """One headless Chromium; :meth:`render` loads a page in a fresh tab.
+
+    Use it as a context manager: leaving the block closes the browser, and kills it (with
+    every process it started) if it does not close.
+    """
+
+    def __init__(self, timeout: float = 120.0):
+        if CHROMIUM is None:
+            raise BrowserError("Debian's chromium is not installed: `apt-get install chromium` "
+                               "(scripts/test installs it when run as root)")
+        self.timeout = timeout
+        self._proc: subprocess.Popen | None = None
+        self._start()
+
+    # --- the process ---------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._profile = tempfile.TemporaryDirectory()
+        self._log = tempfile.TemporaryFile()
+        self._buffer = b""
+        self._next_id = 0
+        self._events: list[dict] = []
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+        self._pipes = (self._to_browser, self._from_browser)
+
+        def as_fds_3_and_4() -> None:                       # in the child, before exec
+            # dup2 leaves the copies inheritable; going through descriptors above 9 keeps a
+            # pipe end that is itself 3 or 4 from being closed by the other dup2.
+            read_end = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
+            write_end = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
+            os.close(read_end)
+            os.close(write_end)
+
+        try:
+            self._proc = subprocess.Popen(
+                [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}",
+                 "--remote-debugging-pipe", "about:blank"],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                # its own process group, so that the browser and its helpers can be killed
+                # together; close_fds=False lets 3 and 4 through to exec (Python opens its
+                # own files non-inheritable, so little else does)
+                start_new_session=True, preexec_fn=as_fds_3_and_4, close_fds=False,
+                env={**os.environ, "HOME": self._profile.name})
+        except BaseException:
+            self._stop()
+            raise
+        finally:
+            os.close(to_browser_r)
+            os.close(from_browser_w)
+
+    def _stop(self) -> None:
+        """Ask the browser to close, give it 10 s, then kill what is left of its process
+        group; close the pipes and remove the profile. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    self._send("Browser.close")
+                except OSError:
+                    pass
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)         # helpers left behind, if any
+            except ProcessLookupError:
+                pass
+            if proc.poll() is None:
+                proc.wait()
+        # (forgotten once closed: a second close could hit a number reused by another file)
+        fds, self._pipes = self._pipes, ()
+        for fd in fds:
+            os.close(fd)
+        self._log.close()
+        self._profile.cleanup()
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> "Chromium":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def log(self) -> str:
+        """What Chromium wrote to its stdout and stderr."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    # --- the protocol --------------------------------------------------------------------
+
+    def _send(self, method: str, params: dict | None = None, session: str | None = None) -> int:
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        return self._next_id
+
+    def _receive(self, deadline: float, waiting_for: str) -> dict:
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrowserError(f"Chromium did not answer {waiting_for} within "
+                                   f"{self.timeout:.0f} s")
+            ready, _, _ = select.select([self._from_browser], [], [], left)
+            if ready:
+                chunk = os.read(self._from_browser, 1 << 20)
+                if not chunk:
+                    raise BrowserError(f"Chromium exited while we waited for {waiting_for}:\n"
+                                       f"{self.log()[-3000:]}")
+                self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        """Send a command and return its result (events that arrive meanwhile are kept)."""
+        if self._proc is None:
+            raise BrowserError("the browser is closed")
+        wanted = self._send(method, params, session)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            message = self._receive(deadline, method)
+            if message.get("id") == wanted:
+                if "error" in message:
+                    raise BrowserError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            if "method" in message:                          # an event, not a stale answer
+                self._events.append(message)
+
+    def wait_for(self, method: str, session: str) -> dict:
+        """The first event ``method`` of ``session``, kept or still to come."""
+        deadline = time.monotonic() + self.timeout
+        seen = 0
+        while True:
+            for event in self._events[seen:]:
+                if event.get("method") == method and event.get("sessionId") == session:
+                    return event
+            seen = len(self._events)
+            message = self._receive(deadline, method)
+            if "method" in message:
+                self._events.append(message)
+
+    # --- pages ---------------------------------------------------------------------------
+
+    def render(self, page: Path) -> tuple[str, list[str]]:
+        """The DOM of ``page`` after its scripts have run, and the errors they reported.
+
+        Raises :class:`BrowserError` if the browser fails or does not answer in time; the
+        next call then starts a fresh browser, so one bad page does not fail the others.
+        """
+        if self._proc is None:
+            self._start()
+        try:
+            return self._render(page)
+        except (BrowserError, OSError):
+            self._stop()
+            raise
+
+    def _evaluate(self, expression: str, session: str, *, await_promise: bool = False) -> Any:
+        answer = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": await_promise}, session)
+        if "exceptionDetails" in answer:
+            details = answer["exceptionDetails"]
+            raise BrowserError(details.get("exception", {}).get("description")
+                               or details.get("text", "the page's script failed"))
+        return answer["result"].get("value")
+
+    def _render(self, page: Path) -> tuple[str, list[str]]:
+        self._events.clear()            # events of tabs closed earlier are of no interest
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget",
+                            {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            self.call(f"{domain}.enable", session=session)
+        # What --virtual-time-budget does for --dump-dom: the page's clock stands still
+        # while files load, and its timers are fast-forwarded through VIRTUAL_TIME_MS, so
+        # the page settles (banners revealed, deferred work and its errors done) in far
+        # less real time. The budget starts once the page, not about:blank, is in the tab.
+        self.call("Emulation.setVirtualTimePolicy", {"policy": "pause"}, session)
+        navigation = self.call("Page.navigate", {"url": page.as_uri()}, session)
+        if navigation.get("errorText"):
+            raise BrowserError(f"{page}: {navigation['errorText']}")
+        self.wait_for("Page.frameNavigated", session)
+        self.call("Emulation.setVirtualTimePolicy",
+                  {"policy": "pauseIfNetworkFetchesPending", "budget": VIRTUAL_TIME_MS},
+                  session)
+        self.wait_for("Emulation.virtualTimeBudgetExpired", session)
+        # Then, with the clock running again, make sure MathJax has finished typesetting
+        # rather than trusting that the budget was enough.
+        self.call("Emulation.setVirtualTimePolicy", {"policy": "advance"}, session)
+        limit_ms = int(self.timeout * 1000 / 2)
+        problem = self._evaluate(TYPESET_DONE % {"limit_ms": limit_ms}, session,
+                                 await_promise=True)
+        dom = self._evaluate(DOM, session)
+        errors = [_error_text(e) for e in self._events
+                  if e.get("sessionId") == session and _is_error(e)]
+        if problem:
+            errors.append(problem)
+        self.call("Target.closeTarget", {"targetId": target})
+        return dom, errors
+
+
+def _is_error(event: dict) -> bool:
+    method, params = event.get("method"), event.get("params", {})
+    if method == "Runtime.exceptionThrown":
+        return True
+    if method == "Runtime.consoleAPICalled":
+        return params.get("type") in ("error", "assert")
+    if method == "Log.entryAdded":
+        return params.get("entry", {}).get("level") == "error"
+    return False
+
+
+def _error_text(event: dict) -> str:
+    params = event["params"]
+    if event["method"] == "Runtime.exceptionThrown":
+        details = params["exceptionDetails"]
+        exception = details.get("exception", {})
+        text = exception.get("description") or details.get("text", "")
+        return f"{text} ({details.get('url', '')}:{details.get('lineNumber', '')})"
+    if event["method"] == "Runtime.consoleAPICalled":
+        words = " ".join(str(a.get("value", a.get("description", a.get("type", ""))))
+                         for a in params.get("args", []))
+        return f"console.{params.get('type')}: {words}"
+    entry = params["entry"]
+    return f"{entry.get('source')}: {entry.get('text')} ({entry.get('url', '')})"
