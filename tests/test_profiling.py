@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from attncore.lab.profiling import machine_description, median_time, peak_memory_bytes
 
@@ -61,20 +62,23 @@ def test_rotated_rounds_rotate_the_order_and_time_every_round():
             rotated_rounds({"a": lambda: None}, rounds=bad)
 
 
-def test_rotated_rounds_repeat_fast_calls_within_a_sample():
-    import time
+def test_rotated_rounds_repeat_fast_calls_within_a_sample(monkeypatch):
+    # A fake clock that advances 1 ms per call of `fast` and not otherwise: the count per
+    # sample comes from the warm-up's 1 ms, whatever the machine's load (with a real sleep
+    # a busy machine stretched the warm-up past 5 ms and the count fell to 1).
+    from attncore.lab import profiling
 
-    from attncore.lab.profiling import rotated_rounds
-
+    now = [0.0]
+    monkeypatch.setattr(profiling.time, "perf_counter", lambda: now[0])
     calls = []
 
     def fast():
         calls.append(1)
-        time.sleep(0.001)
+        now[0] += 0.001
 
-    times = rotated_rounds({"fast": fast}, rounds=9, min_sample_s=0.005)
-    assert len(calls) >= 1 + 9 * 3             # several calls per sample
-    assert all(t < 0.004 for t in times["fast"])   # each sample divided by its count
+    times = profiling.rotated_rounds({"fast": fast}, rounds=9, min_sample_s=0.005)
+    assert len(calls) == 1 + 9 * 5              # 5 calls per sample of at least 5 ms
+    assert times["fast"] == [pytest.approx(0.001)] * 9   # each sample divided by its count
 
 
 def test_ratio_spread_takes_the_ratio_of_each_round():
