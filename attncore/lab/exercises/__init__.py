@@ -21,6 +21,8 @@ exercise's label with :func:`exercise`.
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
 import pkgutil
 import textwrap
 from dataclasses import dataclass, field
@@ -46,6 +48,20 @@ class Verdict:
 
 
 _CHECKERS: dict[str, Callable[..., Verdict]] = {}
+
+
+def real_answer(name: str, value: Any) -> float:
+    """A checker's reading of a one-number answer: ``value`` as a finite float.
+
+    A bool or a non-number is a TypeError, an infinite or NaN number a ValueError, both
+    naming the answer ``name``, so that a malformed answer is never judged wrong silently.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} should be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} should be a finite number, got {value}")
+    return value
 
 
 def exercise(label: str) -> Callable[[Callable[..., Verdict]], Callable[..., Verdict]]:

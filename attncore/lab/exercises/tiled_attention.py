@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 from ...tiled import SoftmaxState, finalize_softmax_state, merge_softmax_states
-from . import Verdict, exercise
+from . import Verdict, exercise, real_answer
 
 # ex-tiled-merge: the two states of the exercise, and the rounding it asks for.
 MERGE_A = dict(max=2.0, sum=1.5, out=(3.0, 0.0))
@@ -25,15 +25,6 @@ MERGE_TOLERANCE = 1e-4          # "rounded to four decimals"
 BUDGET_BYTES = 16 * 2**30
 BUDGET_D = 128
 BUDGET_BYTES_PER_NUMBER = 2
-
-
-def _real(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} should be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} should be a finite number, got {value}")
-    return value
 
 
 def _state(spec: dict) -> SoftmaxState:
@@ -47,7 +38,7 @@ def merge_by_hand(m, l, o, z) -> Verdict:
     merged = merge_softmax_states(_state(MERGE_A), _state(MERGE_B))
     want_o = merged.out[0]
     want_z = finalize_softmax_state(merged)[0]
-    m, l = _real("m_merged", m), _real("l_merged", l)
+    m, l = real_answer("m_merged", m), real_answer("l_merged", l)
     o = np.asarray(o, dtype=float).reshape(-1)
     z = np.asarray(z, dtype=float).reshape(-1)
     if o.shape != want_o.shape or z.shape != want_z.shape:
@@ -116,7 +107,7 @@ def float16_stall() -> float:
 @exercise("ex-tiled-fp16-stall")
 def fp16_stall(value) -> Verdict:
     """Where a float16 running sum of terms equal to 1 stops growing."""
-    value = _real("my_stall", value)
+    value = real_answer("my_stall", value)
     answer = float16_stall()
     if value == answer:
         return Verdict(True, "From there on the gap between neighbouring float16 numbers is "

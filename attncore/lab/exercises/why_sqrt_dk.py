@@ -14,7 +14,7 @@ import numpy as np
 
 from ...softmax import softmax
 from ..scaling import dot_product_moments, score_gradient_norms, softmax_jacobian
-from . import Verdict, exercise
+from . import Verdict, exercise, real_answer
 
 # Exercise ex-sqrt-dk-threshold: the d_k scanned, the fraction of gradient that counts.
 THRESHOLD_D_K = tuple(2 ** j for j in range(11))
@@ -31,15 +31,6 @@ GENERAL = dict(d_k=64, mean_q=Fraction(1, 2), var_q=Fraction(1), mean_k=Fraction
 # Exercise ex-sqrt-dk-gpt2-init: GPT-2 XL's width, GPT-2's weight standard deviation.
 GPT2_D_MODEL, GPT2_HEADS, GPT2_STD = 1600, 25, 0.02
 GPT2_REL_TOLERANCE = 0.05
-
-
-def _real(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} should be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} should be a finite number, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,7 +91,7 @@ def two_key_gap() -> float:
 @exercise("ex-sqrt-dk-two-keys")
 def two_keys(gap) -> Verdict:
     """The score gap at which a two-key softmax passes 1% of its largest gradient."""
-    gap = _real("the gap", gap)
+    gap = real_answer("the gap", gap)
     if gap < 0:
         return Verdict(False, "The gap is the larger score minus the smaller one: use a "
                               "number >= 0.")
@@ -131,7 +122,7 @@ def general_moments(mean, var, second_moment) -> Verdict:
              "E[(q.k)^2]": (second_moment, truth.second_moment)}
     details, all_right = [], True
     for name, (yours, exact) in parts.items():
-        right = math.isclose(_real(name, yours), float(exact), rel_tol=1e-9, abs_tol=1e-9)
+        right = math.isclose(real_answer(name, yours), float(exact), rel_tol=1e-9, abs_tol=1e-9)
         all_right &= right
         details.append(f"{name}: right" if right else f"{name}: not yet; {hints[name]}")
     if all_right:
@@ -157,13 +148,13 @@ def gpt2_scaled_score_variance() -> float:
 @exercise("ex-sqrt-dk-gpt2-init")
 def gpt2_init(scaled_score_var) -> Verdict:
     """The variance of the scaled scores at GPT-2 XL's initialisation."""
-    yours = _real("the variance", scaled_score_var)
+    yours = real_answer("the variance", scaled_score_var)
     truth = gpt2_scaled_score_variance()
     if math.isclose(yours, truth, rel_tol=GPT2_REL_TOLERANCE):
         return Verdict(True, "The scale removes d_k; the initialisation sets the constant.")
     if math.isclose(yours, 1.0, rel_tol=GPT2_REL_TOLERANCE):
-        return Verdict(False, "A variance of 1 is what a square Glorot initialisation gives; GPT-2 draws "
-                              "its weights with a fixed standard deviation instead.")
+        return Verdict(False, "A variance of 1 is what a square Glorot initialisation gives; "
+                              "GPT-2 draws its weights with a fixed standard deviation instead.")
     return Verdict(False, "First find the variance of one query component, a sum of "
                           "d_model terms x_m W_mj, then apply the theorem to q . k and "
                           "divide by d_k.")
