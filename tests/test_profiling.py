@@ -88,3 +88,16 @@ def test_ratio_spread_takes_the_ratio_of_each_round():
     s = ratio_spread(times, "a", "b")
     # per-round ratios 2, 4, 3, 4, 10: median 4, quartiles 3 and 4 (not 6 / 2 = 3)
     assert (s["median"], s["q1"], s["q3"], s["rounds"]) == (4.0, 3.0, 4.0, 5)
+
+
+def test_one_torch_thread_restores_the_thread_count_even_after_an_error():
+    import torch
+
+    from attncore.lab.profiling import one_torch_thread
+
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with one_torch_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == before

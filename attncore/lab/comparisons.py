@@ -15,6 +15,7 @@ from ..attention import scaled_dot_product_attention
 from ..backward import attention_backward, tiled_attention_backward
 from .profiling import (
     check_rounds,
+    one_torch_thread,
     peak_memory_bytes,
     ratio_spread,
     rotated_rounds,
@@ -124,13 +125,9 @@ def head_width_cost(n: int = 256, d_model: int = 256, widths: tuple[int, ...] = 
         return lambda: torch.matmul(q, k_t, out=scores)
 
     fns = {w: product(w) for w in (*widths, d_model)}
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)      # the kernel's own efficiency, not the threads' balance
-    try:
+    with one_torch_thread():      # the kernel's own efficiency, not the threads' balance
         # (the warm-up call also touches the output's pages)
         times = rotated_rounds(fns, rounds=rounds)
-    finally:
-        torch.set_num_threads(before)
     out = []
     for w in widths:
         s = ratio_spread(times, w, d_model)

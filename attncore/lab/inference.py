@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .profiling import ratio_spread, rotated_rounds
+from .profiling import one_torch_thread, ratio_spread, rotated_rounds
 
 __all__ = ["PUBLISHED", "ModelShape", "attention_intensity", "kv_cache_bytes",
            "queries_per_read", "weight_bytes"]
@@ -173,12 +173,8 @@ def queries_per_read(n_keys: int = 65536, d_head: int = 128,
         return lambda: torch.softmax((q * scale) @ k.T, dim=-1) @ v
 
     fns = {str(m): step(m) for m in dict.fromkeys((1, *queries))}
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         times = rotated_rounds(fns, rounds=rounds)
-    finally:
-        torch.set_num_threads(before)
     out = []
     for m in queries:
         spread = ratio_spread(times, str(m), "1")

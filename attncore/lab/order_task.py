@@ -37,15 +37,15 @@ from .._backend import shape_of
 from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 from ..positions import rope_multi_head_attention, sinusoidal_positions
 from .adam import Adam
-# the look-back model trains like the induction model: the same checks, loss and one-thread
-# context (attncore.lab.training)
+from .profiling import one_torch_thread
+# the look-back model trains like the induction model: the same checks and loss
+# (attncore.lab.training)
 from .training import (
     _MHA_FIELDS,
     IGNORE_INDEX,
     _check_nonnegative_int,
     _check_positive_int,
     _loss,
-    _one_thread,
 )
 
 __all__ = ["POSITIONS", "LookbackConfig", "OrderModel", "init_order_model", "lookback_batch",
@@ -278,7 +278,7 @@ def train_lookback(config: LookbackConfig | None = None, **overrides: Any
     import torch
 
     c = replace(config or LookbackConfig(), **overrides)
-    with _one_thread():
+    with one_torch_thread():
         model = init_order_model(c)
         data = np.random.default_rng(c.seed + 1)
         opt = Adam(model.parameters(), lr=c.lr)

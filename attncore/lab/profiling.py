@@ -13,7 +13,8 @@ import statistics
 import sys
 import time
 import tracemalloc
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 
 def _sync(device: Any) -> None:
@@ -21,6 +22,23 @@ def _sync(device: Any) -> None:
     torch = sys.modules.get("torch")
     if torch is not None and device is not None and str(device).startswith("cuda"):
         torch.cuda.synchronize(device)
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run torch on one CPU thread inside the ``with`` block, then restore the count.
+
+    Timings then measure a kernel's own efficiency, not how threads share a busy machine,
+    and training's sums are done in one fixed order.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def median_time(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,

@@ -33,9 +33,8 @@ All arrays handed back to the caller are NumPy; tokens are ``int64``, weights ``
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from .._backend import shape_of
 from ..kvcache import KVCache, decode_step
 from ..multihead import MultiHeadParams, init_multihead, multi_head_attention
 from .adam import Adam
+from .profiling import one_torch_thread
 
 IGNORE_INDEX = -100
 """Target value of positions that carry no label (the loss and the accuracy skip them)."""
@@ -337,19 +337,6 @@ def init_attention_only(config: InductionConfig) -> AttentionOnlyModel:
 # training and evaluation
 
 
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run torch on one CPU thread: the sums are then done in one fixed order."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _loss(logits: Any, targets: Any) -> Any:
     import torch.nn.functional as F
 
@@ -397,7 +384,7 @@ def train_induction(config: InductionConfig | None = None, **overrides: Any
 
     config = replace(config or InductionConfig(), **overrides)
     c = config
-    with _one_thread():
+    with one_torch_thread():
         model = init_attention_only(c)
         data = np.random.default_rng(c.seed + 1)
         opt = Adam(model.parameters(), lr=c.lr)
@@ -425,7 +412,7 @@ def evaluate(model: AttentionOnlyModel, tokens: np.ndarray, targets: np.ndarray
     import torch
 
     tokens, targets = _check_pair(tokens, targets)
-    with _one_thread(), torch.no_grad():
+    with one_torch_thread(), torch.no_grad():
         logits = model.forward(torch.from_numpy(tokens))
         t = torch.from_numpy(targets)
         labelled = t != IGNORE_INDEX
@@ -497,7 +484,7 @@ def generate(model: AttentionOnlyModel, prompt: np.ndarray, steps: int, *,
                          f"the model has embeddings for), got {n0} + {steps}")
     tokens = torch.from_numpy(prompt.astype(np.int64))
     chosen = []
-    with _one_thread(), torch.no_grad():
+    with one_torch_thread(), torch.no_grad():
         caches = [KVCache.for_layer(layer, n0 + steps, (batch,)) for layer in model.layers]
         new = tokens                                   # what the next step feeds in
         for _ in range(steps):
@@ -530,7 +517,7 @@ def head_attention(model: AttentionOnlyModel, tokens: np.ndarray) -> np.ndarray:
     if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"tokens: expected one integer sequence of shape (n,), got dtype "
                          f"{tokens.dtype} and shape {tokens.shape}")
-    with _one_thread(), torch.no_grad():
+    with one_torch_thread(), torch.no_grad():
         _, weights = model.forward(torch.from_numpy(tokens.astype(np.int64))[None],
                                    return_weights=True)
     return np.stack([w[0].numpy() for w in weights])
@@ -560,7 +547,7 @@ def head_scores(model: AttentionOnlyModel, tokens: np.ndarray
     if not has_twin.any(axis=1).all():
         raise ValueError("tokens: expected every row to repeat at least one token, got a "
                          f"row without repeats (row {int(np.argmin(has_twin.any(axis=1)))})")
-    with _one_thread(), torch.no_grad():
+    with one_torch_thread(), torch.no_grad():
         _, weights = model.forward(torch.from_numpy(tokens.astype(np.int64)),
                                    return_weights=True)
     w = np.stack([x.numpy() for x in weights], axis=1)               # (batch, L, H, n, n)
