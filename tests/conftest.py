@@ -44,6 +44,13 @@ def backend(request):
     return request.param
 
 
+@pytest.fixture(params=[b for b in BACKENDS if b.startswith("torch")])
+def torch_backend(request):
+    """The torch backends only, for comparisons with torch-only references (no NumPy case
+    to skip)."""
+    return request.param
+
+
 @pytest.fixture(params=DTYPES, ids=["float32", "float64"])
 def dtype(request):
     return request.param

@@ -221,11 +221,10 @@ def llama():
 
 
 @pytest.mark.parametrize("base", [10000.0, 500000.0, 37.0])
-def test_rope_matches_hugging_face_llama(llama, backend, dtype, base):
-    if backend == "numpy":
-        pytest.skip("Hugging Face's implementation is torch only")
+def test_rope_matches_hugging_face_llama(llama, torch_backend, dtype, base):
+    # Hugging Face's implementation is torch only; NumPy's rope equals torch's elsewhere.
     modeling, rotary = llama
-    device = "cuda" if backend == "torch-cuda" else "cpu"
+    device = "cuda" if torch_backend == "torch-cuda" else "cpu"
     tdtype = getattr(torch, np.dtype(dtype).name)
     batch, heads, n, d = 3, 2, 40, 16
     q = torch.as_tensor(RNG.standard_normal((batch, heads, n, d)), dtype=tdtype, device=device)
