@@ -1,0 +1,47 @@
+"""attncore's ``glue`` stores exactly what myst-nb's stores, so the book reads it the same."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from attncore.lab import glue as glue_module
+
+VALUES = [("a-ratio", "1.05", False), ("a-count", "12", True), ("a-float", 0.25, False),
+          ("a-list", [1, 2, 3], True)]
+
+
+def outputs(glue) -> list:
+    InteractiveShell.instance()              # display() publishes through a shell
+    with capture_output() as captured:
+        for name, value, display in VALUES:
+            glue(name, value, display=display)
+    return [(o.data, o.metadata) for o in captured.outputs]
+
+
+def test_stores_what_myst_nb_glue_stores():
+    from myst_nb.ext.glue import GLUE_PREFIX, glue as myst_glue
+
+    assert glue_module.HIDDEN_PREFIX == GLUE_PREFIX
+    ours, theirs = outputs(glue_module.glue), outputs(myst_glue)
+    assert len(ours) == len(VALUES)
+    assert ours == theirs
+    hidden = ours[0][0]
+    assert set(hidden) == {GLUE_PREFIX + "text/plain"}, hidden
+    assert ours[0][1]["scrapbook"] == {"name": "a-ratio", "mime_prefix": GLUE_PREFIX}
+
+
+def test_gluing_does_not_import_nbformat():
+    # Why this module exists: myst-nb's glue module imports nbformat (and its schema
+    # validator), about 2 s in every kernel.
+    code = ("import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+            "InteractiveShell.instance()\nfrom attncore.lab.glue import glue\n"
+            "glue('x', '1.0', display=False)\n"
+            "print(sorted(m for m in ('nbformat', 'jsonschema', 'myst_nb') "
+            "if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
