@@ -127,9 +127,9 @@ def test_attention_intensity_rejects_bad_arguments(args, kwargs, match):
         attention_intensity(*args, **kwargs)
 
 
-def test_queries_per_read_reports_median_ratios_with_quartiles():
+def test_queries_per_read_reports_median_ratios_with_quartiles(torch_threads):
     torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
+    threads = torch_threads
     rows = queries_per_read(n_keys=256, d_head=8, queries=(2, 8), rounds=9)
     assert torch.get_num_threads() == threads
     assert [r["queries"] for r in rows] == [2, 8]

@@ -90,12 +90,12 @@ def test_ratio_spread_takes_the_ratio_of_each_round():
     assert (s["median"], s["q1"], s["q3"], s["rounds"]) == (4.0, 3.0, 4.0, 5)
 
 
-def test_one_torch_thread_restores_the_thread_count_even_after_an_error():
+def test_one_torch_thread_restores_the_thread_count_even_after_an_error(torch_threads):
     import torch
 
     from attncore.lab.profiling import one_torch_thread
 
-    before = torch.get_num_threads()
+    before = torch_threads
     with pytest.raises(RuntimeError):
         with one_torch_thread():
             assert torch.get_num_threads() == 1

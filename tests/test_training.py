@@ -264,8 +264,8 @@ def test_short_training_reduces_the_loss():
     assert evaluate(model, *held_out)[0] < evaluate(untrained, *held_out)[0]
 
 
-def test_training_is_deterministic_and_restores_threads():
-    threads = torch.get_num_threads()
+def test_training_is_deterministic_and_restores_threads(torch_threads):
+    threads = torch_threads
     torch.manual_seed(0)
     m1, l1 = train_induction(SMALL)
     torch.manual_seed(1)                      # torch's generator plays no part
@@ -482,12 +482,12 @@ def test_training_with_shared_keys_and_values_is_seeded():
 
 @pytest.mark.parametrize("n_kv_heads", [None, 1])
 @pytest.mark.parametrize("n0", [1, 4])
-def test_generate_with_the_cache_equals_recomputing(n_kv_heads, n0):
+def test_generate_with_the_cache_equals_recomputing(n_kv_heads, n0, torch_threads):
     c = InductionConfig(**{**SMALL.__dict__, "n_kv_heads": n_kv_heads})
     model, _ = train_induction(c)
     prompt = np.random.default_rng(n0).integers(0, c.vocab_size, (5, n0))
     steps = c.seq_len - n0
-    threads = torch.get_num_threads()
+    threads = torch_threads
     cached, logits_cached = generate(model, prompt, steps)
     assert torch.get_num_threads() == threads
     recomputed, logits_recomputed = generate(model, prompt, steps, use_cache=False)
