@@ -3,7 +3,9 @@
 Every figure is a *ratio* of two computations timed side by side in one process, in at least
 nine rounds whose order rotates (:func:`attncore.lab.profiling.rotated_rounds`); each round
 gives one ratio, and a figure is the median of those per-round ratios with their quartiles
-(:func:`attncore.lab.profiling.ratio_spread`). A burst of load from another process then slows
+(:func:`attncore.lab.profiling.ratio_spread`). The tables against a reference time each
+computation with the reference alone, pair by pair (:func:`_paired_spreads`), so that each
+side of a ratio follows the other as often as itself. A burst of load from another process then slows
 both sides of the ratios it touches, and the quartiles show how much it moved them. No run is
 picked from several. Memory is the peak of Python's allocator during one call
 (``tracemalloc``, which sees NumPy's buffers).
@@ -147,6 +149,31 @@ def _spreads(times: dict[str, list[float]], against: str) -> dict[str, dict[str,
                    "seconds": quartiles(times[name])} for name in times}
 
 
+def _paired_spreads(fns: dict[str, Callable[[], Any]], against: str, *, rounds: int,
+                    device: Any = None) -> dict[str, dict[str, float]]:
+    """Each function's ratio to ``against``, the two timed in their own rotated rounds.
+
+    Timed pair by pair, the two sides of a ratio alternate (AB, BA, AB, ...), so each
+    follows the other as often as itself. Timed all together in one rotation, a function
+    always follows the same neighbour and always pays for what it left behind (a freed
+    score matrix to fault in again, a cache full of other data), which biases its ratio.
+    ``against`` gets ratio 1 and the seconds of all its samples.
+    """
+    reference = fns[against]
+    out: dict[str, dict[str, float]] = {}
+    own: list[float] = []
+    for name, fn in fns.items():
+        if name == against:
+            continue
+        times = rotated_rounds({name: fn, against: reference}, rounds=rounds,
+                               min_sample_s=MIN_SAMPLE_S, device=device)
+        out[name] = {**ratio_spread(times, name, against), "seconds": quartiles(times[name])}
+        own += times[against]
+    out[against] = {"median": 1.0, "q1": 1.0, "q3": 1.0, "rounds": rounds,
+                    "seconds": quartiles(own)}
+    return out
+
+
 def bare_numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Softmax attention written directly in NumPy, in place, with no checks at all.
 
@@ -240,10 +267,10 @@ def torch_ranks_vs_sdpa(n: int, heads: int = 1, *, rounds: int = ROUNDS, d_k: in
     fns["products, fresh output"] = torch_products(q4, k4, v4, fresh=True)
     sync = device if str(device).startswith("cuda") else None
     with torch.no_grad():
-        times = rotated_rounds(fns, rounds=rounds, min_sample_s=MIN_SAMPLE_S, device=sync)
+        vs_sdpa = _paired_spreads(fns, "F.sdpa 4-D", rounds=rounds, device=sync)
     return {"n": n, "heads": heads, "dtype": str(q4.dtype).replace("torch.", ""),
             "ranks": sorted(views), "flop": attention_flop(heads, n, d_k),
-            "vs_sdpa": _spreads(times, "F.sdpa 4-D")}
+            "vs_sdpa": vs_sdpa}
 
 
 def multihead_unbatched_vs_batched(n: int, *, d_model: int = 512, heads: int = HEADS,
@@ -273,13 +300,12 @@ def numpy_vs_bare(n: int, heads: int = 1, *, rounds: int = ROUNDS, d_k: int = D_
     expression. Shape ``(heads, n, d_k)``, float32."""
     q, k, v = random_qkv((heads, n, d_k))
     shape = check_attention_inputs(q, k, v)
-    times = rotated_rounds({
+    return {"n": n, "heads": heads, "vs_bare": _paired_spreads({
         "attncore": lambda: scaled_dot_product_attention(q, k, v),
         "bare NumPy": lambda: bare_numpy_attention(q, k, v),
         "argument checks": lambda: check_attention_inputs(q, k, v),
         "value guard": lambda: attention_guard(q, k, v, shape),
-    }, rounds=rounds, min_sample_s=MIN_SAMPLE_S)
-    return {"n": n, "heads": heads, "vs_bare": _spreads(times, "bare NumPy")}
+    }, "bare NumPy", rounds=rounds)}
 
 
 def numpy_vs_products(n: int, heads: int = HEADS, *, rounds: int = ROUNDS,
@@ -287,13 +313,12 @@ def numpy_vs_products(n: int, heads: int = HEADS, *, rounds: int = ROUNDS,
     """attncore's NumPy attention against its own two products (reused outputs), and the
     products into fresh outputs against the same. Shape ``(1, heads, n, d_k)``, float32."""
     q, k, v = random_qkv((1, heads, n, d_k))
-    times = rotated_rounds({
-        "attncore": lambda: scaled_dot_product_attention(q, k, v),
-        "products": numpy_products(q, k, v),
-        "products, fresh output": numpy_products(q, k, v, fresh=True),
-    }, rounds=rounds, min_sample_s=MIN_SAMPLE_S)
     return {"n": n, "heads": heads, "flop": attention_flop(heads, n, d_k),
-            "vs_products": _spreads(times, "products")}
+            "vs_products": _paired_spreads({
+                "attncore": lambda: scaled_dot_product_attention(q, k, v),
+                "products": numpy_products(q, k, v),
+                "products, fresh output": numpy_products(q, k, v, fresh=True),
+            }, "products", rounds=rounds)}
 
 
 def sgemm(library: str, size: int = 1024) -> Callable[[], Any]:

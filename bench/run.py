@@ -180,8 +180,8 @@ def torch_tables(r: dict) -> list[str]:
         lines.append(f"| {row['heads']} | {row['n']} | {' | '.join(cells)} | at most {target}: "
                      f"{verdict(worst, target)} | {ms(v['F.sdpa 4-D']['seconds'])} |")
     lines += ["", _loads_line(rows), "",
-              "Where the differences come from, in the same rounds, each divided by "
-              "`F.sdpa` on 4-D: `F.sdpa` itself on the 2-D and 3-D views (PyTorch's slower "
+              "Where the differences come from, each timed against `F.sdpa` on 4-D in "
+              "its own rounds and divided by it: `F.sdpa` itself on the 2-D and 3-D views (PyTorch's slower "
               "\"math\" kernel), attncore's argument checks and its value guard alone, and "
               "PyTorch's two products `(Q K^T) V` into reused outputs and into fresh ones.", "",
               "| heads | N | F.sdpa 2-D | F.sdpa 3-D | argument checks | value guard | "
