@@ -39,7 +39,7 @@ from ._backend import (
     shape_of,
 )
 from ._guard import attention_guard
-from .attention import attend
+from .attention import attend, lower_triangle
 from .multihead import (
     MultiHeadParams,
     _check_layer,
@@ -277,12 +277,7 @@ def bottom_right_causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
            [1, 1, 1, 1]])
     """
     n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
-    if like is None or isinstance(like, np.ndarray):
-        return np.tri(n_q, n_k, n_k - n_q, dtype=bool)
-    backend_of(like=like)
-    import torch
-
-    return torch.ones(n_q, n_k, dtype=torch.bool, device=like.device).tril(n_k - n_q)
+    return lower_triangle(n_q, n_k, n_k - n_q, like)
 
 
 def _check_cache(cache: Any, params: MultiHeadParams, x: Any) -> None:
