@@ -41,9 +41,25 @@ def test_the_cpu_benchmark_writes_its_tables_and_plot(tiny, tmp_path):
     # the targets come first, one row per figure, each met or missed
     targets = md.split("### The targets")[1].split("###")[0]
     assert targets.count(" | met |") + targets.count(" | **missed** |") >= len(TINY["torch"]) + 5
+    rows = [line for line in targets.splitlines() if line.startswith("| ") and "at most" in line]
+    assert rows and all(line.endswith(("| below the target |", "| above the target |",
+                                       "| on both sides |", "| one call |")) for line in rows)
     for target in ("at most 1.25", "at most 1.05", "at most 1.15", "at most 1.3"):
         assert target in md
     assert f"default block ({run.default_block_size()})" in md
+
+
+def test_the_quartiles_column_says_which_side_of_the_target_they_lie():
+    def stat(q1, q3):
+        return {"median": (q1 + q3) / 2, "q1": q1, "q3": q3}
+
+    assert run.quartiles_side([("2-D", stat(1.01, 1.04)), ("3-D", stat(1.02, 1.05))],
+                              1.05) == "below the target"
+    # one rank wholly above decides the row, whatever the others do
+    assert run.quartiles_side([("2-D", stat(1.01, 1.04)), ("3-D", stat(1.06, 1.08))],
+                              1.05) == "above the target"
+    assert run.quartiles_side([("", stat(1.04, 1.06))], 1.05) == "on both sides"
+    assert run.quartiles_side([("", stat(1.05, 1.07))], 1.05) == "on both sides"
 
 
 def test_the_gpu_tables_are_written_from_a_run(tiny):
@@ -59,3 +75,17 @@ def test_rounds_below_nine_are_refused(capsys):
     with pytest.raises(SystemExit):
         run.main(["--rounds", "5"])
     assert "at least 9" in capsys.readouterr().err
+
+
+def test_the_performance_page_quotes_the_committed_run():
+    """The page's prose interprets the committed run; its most precise numbers (three
+    decimals, as the targets table prints medians) must be numbers of that run, so that a
+    new run cannot be committed under the old run's words."""
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / "bench" / "results" / "cpu.md").read_text()
+    page = (root / "performance.md").read_text()
+    prose = re.sub(r"^```.*?^```", "", page, flags=re.S | re.M)     # no code or directives
+    quoted = set(re.findall(r"(?<![\d.])\d+\.\d{3}(?![\d.])", prose))
+    assert len(quoted) >= 5, "the check would see too little of the page"
+    missing = sorted(x for x in quoted if x not in committed)
+    assert not missing, f"performance.md quotes numbers that bench/results/cpu.md lacks: {missing}"
