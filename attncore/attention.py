@@ -294,9 +294,16 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
     if vmapped:
         pass
     elif len(batch) < 2:
-        # (adding axes of size 1 is a view; x.shape[-3] is a tensor's own number of heads,
-        # fewer for k and v in grouped-query attention)
-        q, k, v = (x.view(1, x.shape[-3] if batch else 1, *x.shape[-2:]) for x in (q, k, v))
+        # Adding axes of size 1 is a view. The sizes are spelled out rather than read from
+        # x.shape (slicing a torch.Size costs microseconds, and at N = 256 every one shows);
+        # k and v have their own number of heads, fewer in grouped-query attention.
+        d_k = shape.d_k
+        if batch:
+            h_kv = k.shape[0]
+            q = q.view(1, batch[0], n_q, d_k)
+            k, v = k.view(1, h_kv, n_k, d_k), v.view(1, h_kv, n_k, d_v)
+        else:
+            q, k, v = q.view(1, 1, n_q, d_k), k.view(1, 1, n_k, d_k), v.view(1, 1, n_k, d_v)
         if full_mask:
             allowed = allowed.view(1, *allowed.shape) if batch else \
                 allowed.view(1, 1, *allowed.shape)
@@ -318,4 +325,6 @@ def _attention_fused(q, k, v, mask, shape, vmapped=False):
         out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
     if vmapped or len(batch) == 2:
         return out
-    return out.view(*batch, n_q, d_v) if len(batch) < 2 else out.reshape(*batch, n_q, d_v)
+    if len(batch) < 2:
+        return out.view(batch[0], n_q, d_v) if batch else out.view(n_q, d_v)
+    return out.reshape(*batch, n_q, d_v)
