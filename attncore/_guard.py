@@ -160,12 +160,14 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
             # The usual call, spelled out: this runs on every call, and on small inputs
             # every Python step of it shows in the time. A dot product is the cheapest
-            # sum of squares torch has (twice as fast as vector_norm on large inputs).
-            dot = torch.dot
-            qf, kf, vf = q.view(-1), k.view(-1), v.view(-1)
-            sqrt = math.sqrt
-            a, b, c = (sqrt(float(dot(qf, qf))), sqrt(float(dot(kf, kf))),
-                       sqrt(float(dot(vf, vf))))
+            # sum of squares (twice as fast as vector_norm on large inputs), and NumPy's,
+            # on views of the same memory, skips torch's dispatch. (An overflow gives
+            # inf, which fails the bounds below: no warning.)
+            dot, sqrt = np.dot, math.sqrt
+            qf, kf, vf = q.numpy().reshape(-1), k.numpy().reshape(-1), v.numpy().reshape(-1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                a, b, c = (sqrt(float(dot(qf, qf))), sqrt(float(dot(kf, kf))),
+                           sqrt(float(dot(vf, vf))))
         else:
             a, b, c = norms(q, k, v)
     else:
