@@ -1,4 +1,5 @@
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -265,6 +266,16 @@ def test_overflowing_scores_are_an_error_not_nan(backend, return_weights):
     t = to_backend(q, backend)
     with pytest.raises(ValueError, match=r"scores: expected finite scores.*overflowed dtype float32"):
         scaled_dot_product_attention(t, t, t, return_weights=return_weights)
+
+
+def test_an_overflow_is_an_error_and_nothing_else(backend):
+    # The guard's sums of squares overflow too (1e20 squared is beyond float32): for the
+    # guard that is a signal, and the caller sees the ValueError alone, no RuntimeWarning.
+    t = to_backend(np.full((2, 4), 1e20, dtype=np.float32), backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"scores: expected finite scores"):
+            scaled_dot_product_attention(t, t, t)
 
 
 def test_finite_check_sees_every_kind_of_non_finite(backend):
