@@ -202,9 +202,9 @@ def scores_are_finite(q: Any, k: Any, scale: float, block: int = 256) -> bool:
     if isinstance(q, np.ndarray):
         if is_low_precision(q):
             q, k = q.astype(np.float32), k.astype(np.float32)
-        qs = q * np.asarray(scale, dtype=q.dtype)
         kt = np.swapaxes(k, -1, -2)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):   # inf is the answer, not a warning
+            qs = q * np.asarray(scale, dtype=q.dtype)
             return all(np.isfinite(qs @ kt[..., j:j + block]).all()
                        for j in range(0, kt.shape[-1], block))
     torch = sys.modules["torch"]

@@ -268,14 +268,16 @@ def test_overflowing_scores_are_an_error_not_nan(backend, return_weights):
         scaled_dot_product_attention(t, t, t, return_weights=return_weights)
 
 
-def test_an_overflow_is_an_error_and_nothing_else(backend):
-    # The guard's sums of squares overflow too (1e20 squared is beyond float32): for the
-    # guard that is a signal, and the caller sees the ValueError alone, no RuntimeWarning.
-    t = to_backend(np.full((2, 4), 1e20, dtype=np.float32), backend)
+@pytest.mark.parametrize("value, scale", [(1e20, None), (3e38, 2.0)])
+def test_an_overflow_is_an_error_and_nothing_else(backend, value, scale):
+    # The guard's sums of squares overflow too (1e20 squared is beyond float32), and so
+    # may scale * q (2 * 3e38): for the guard that is a signal, and the caller sees the
+    # ValueError alone, no RuntimeWarning.
+    t = to_backend(np.full((2, 4), value, dtype=np.float32), backend)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"scores: expected finite scores"):
-            scaled_dot_product_attention(t, t, t)
+            scaled_dot_product_attention(t, t, t, scale=scale)
 
 
 def test_finite_check_sees_every_kind_of_non_finite(backend):
