@@ -181,13 +181,14 @@ def causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
     numpy.ndarray or torch.Tensor, shape ``(n_q, n_k)``, bool
         ``tril(ones(n_q, n_k))``: top-left aligned, as PyTorch's ``is_causal``.
     """
+    n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
     return lower_triangle(n_q, n_k, 0, like)
 
 
-def lower_triangle(n_q: Any, n_k: Any, offset: int, like: Any) -> Any:
+def lower_triangle(n_q: int, n_k: int, offset: int, like: Any) -> Any:
     """``tril(ones(n_q, n_k), k=offset)`` as bool, NumPy or (``like`` a tensor) torch on
-    ``like``'s device: the causal masks, top-left (``offset=0``) and bottom-right aligned."""
-    n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
+    ``like``'s device: the causal masks, top-left (``offset=0``) and bottom-right aligned.
+    The caller has checked ``n_q`` and ``n_k`` (with :func:`check_size`)."""
     if like is None or isinstance(like, np.ndarray):
         return np.tri(n_q, n_k, offset, dtype=bool)
     if not is_torch_tensor(like):
