@@ -6,13 +6,16 @@ torch tensors on torch (on the tensors' own device, CUDA included).
 The attention core, each module one idea, all names available as ``attncore.<name>``:
 
 * ``softmax.py``       -- :func:`softmax`, numerically stable
+* ``online_softmax.py`` -- the online softmax: :class:`SoftmaxState` (a softmax-weighted
+  average summarised per query row), :func:`softmax_state`, :func:`merge_softmax_states`,
+  :func:`finalize_softmax_state`; the reference and tiled attention both compute with it
 * ``attention.py``     -- :func:`scaled_dot_product_attention`, :func:`causal_mask`
 * ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
 * ``multihead.py``     -- :class:`MultiHeadParams`, :func:`init_multihead`, :func:`split_heads`,
   :func:`merge_heads`, :func:`multi_head_attention`, conversion to and from
   ``torch.nn.MultiheadAttention``
-* ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time) and the
-  online-softmax state it merges
+* ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time,
+  merging online-softmax states)
 * ``backward.py``      -- :func:`attention_backward` and :func:`tiled_attention_backward`:
   the gradients of q, k and v by hand, with the weights formed, and block by block from the
   forward pass's output and row log-sum-exp (FlashAttention's backward pass)
@@ -65,13 +68,13 @@ from .positions import (
     sinusoidal_positions,
 )
 from . import testing  # noqa: F401  (ac.testing.check_attention, like numpy.testing)
-from .tiled import (
+from .online_softmax import (
     SoftmaxState,
     finalize_softmax_state,
     merge_softmax_states,
     softmax_state,
-    tiled_attention,
 )
+from .tiled import tiled_attention
 
 # decoding with a KV cache (after multihead, which it builds on)
 from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step

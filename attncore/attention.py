@@ -28,7 +28,7 @@ from ._backend import (
     ungroup_heads,
 )
 from ._guard import Guard, attention_guard, is_low_precision
-from .tiled import _finalize, _finite_or_zero, _state
+from .online_softmax import _finalize, _finite_or_zero, _state
 
 __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
            "scaled_dot_product_attention"]

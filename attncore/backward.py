@@ -47,8 +47,8 @@ from ._backend import (
 )
 from ._guard import attention_guard, is_low_precision, work_dtype_name
 from .attention import combined_mask
-from .tiled import (_finite_or_zero, _row_max, _row_sum, _tiled_backward, _transpose,
-                    _xp)
+from .online_softmax import _finite_or_zero, _row_max, _row_sum, _xp
+from .tiled import _tiled_backward, _transpose
 
 __all__ = ["attention_backward", "tiled_attention_backward"]
 

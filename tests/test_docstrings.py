@@ -10,7 +10,7 @@ import pytest
 
 MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.backward",
            "attncore.kvcache", "attncore.masks", "attncore.matmul_views", "attncore.multihead",
-           "attncore.softmax", "attncore.testing", "attncore.tiled"]
+           "attncore.softmax", "attncore.online_softmax", "attncore.testing", "attncore.tiled"]
 
 
 @pytest.mark.parametrize("name", MODULES)
