@@ -62,7 +62,8 @@ from ._backend import (
 )
 from .multihead import MultiHeadParams, _attend_heads, _check_layer, _project_heads
 
-__all__ = ["position_frequencies", "rope", "rope_multi_head_attention", "sinusoidal_positions"]
+__all__ = ["check_positions", "position_frequencies", "rope", "rope_multi_head_attention",
+           "sinusoidal_positions"]
 
 
 def _check_count(name: str, value: Any, *, even: bool = False) -> int:
@@ -155,21 +156,43 @@ def sinusoidal_positions(n: int, d: int, *, base: float = 10000.0, like: Any = N
     return torch.as_tensor(pe, device=like.device).to(like.dtype)
 
 
-def _check_positions(positions: Any, x_shape: tuple[int, ...]) -> None:
+def check_positions(positions: Any, rows: tuple[int, ...], *, of: str = "x",
+                    hint: str = "") -> None:
+    """Check ``positions`` against the rows ``rows = x.shape[:-1] = (..., n)`` it numbers.
+
+    The one rule for positions, on every path that takes them (:func:`rope`,
+    :func:`rope_multi_head_attention`), the rule :func:`attncore.scaled_dot_product_attention`
+    applies to masks: ``positions`` has shape ``(n,)`` (the same positions for every
+    sequence), or exactly one axis per axis of ``rows``, each of size 1 or equal to it
+    (per-sequence positions; nothing is enlarged). A shape in between, such as ``(batch,
+    n)`` against rows ``(batch, heads, n)``, would be matched from the right, its batch axis
+    with the heads axis, a silent wrong answer when ``batch == heads``; it is refused
+    unless its leading axes all have size 1. ``of`` names the array whose rows these are,
+    ``hint`` is added to the messages. Raises ``TypeError`` (dtype) or ``ValueError``.
+    """
     if is_bool(positions) or not (is_floating(positions) or _is_integer(positions)):
         raise TypeError(f"positions: expected an integer or floating array, got dtype "
                         f"{dtype_name(positions)}")
-    target = x_shape[:-1]
-    n = target[-1]
-    p_shape = shape_of(positions)
+    n = rows[-1]
+    ps = shape_of(positions)
     try:
-        joint = np.broadcast_shapes(p_shape, target)
+        joint = np.broadcast_shapes(ps, rows)
     except ValueError:
         joint = None
     # The last axis must be n itself: a size-1 axis would give every row one position.
-    if len(p_shape) < 1 or p_shape[-1] != n or joint != target:
-        raise ValueError(f"positions: expected shape (n,) = ({n},), or (..., n) broadcastable "
-                         f"to x's {target} without enlarging it, got {p_shape}")
+    if len(ps) < 1 or ps[-1] != n or joint != rows:
+        raise ValueError(f"positions: expected shape (n,) = ({n},), or one axis per axis of "
+                         f"{of}'s rows {rows}, each of size 1 or equal (broadcastable "
+                         f"without enlarging it), got {ps}{hint}")
+    if 1 < len(ps) < len(rows) and any(size != 1 for size in ps[:-1]):
+        missing = len(rows) - len(ps)
+        raise ValueError(
+            f"positions: expected {len(rows)} dimensions (one per axis of {of}'s rows "
+            f"{rows}) or 1, got shape {ps}: its leading axes would be matched with the "
+            f"last {len(ps) - 1} of the {len(rows) - 1} batch axes of {of}, which is "
+            f"ambiguous; insert the missing axes (for per-sequence positions of shape "
+            f"(batch, n) against {of} of shape (batch, heads, n, d): "
+            f"positions[:, {', '.join(['None'] * missing)}]){hint}")
     if is_floating(positions):
         check_all_finite(positions=positions)
 
@@ -197,10 +220,13 @@ def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
     positions : array ``(n,)`` or ``(..., n)``, optional
         The position of each row, integers or real numbers (fractional positions are how
         position interpolation stretches a context). Default ``0 .. n - 1``. Same library
-        and device as ``x``. A shape ``(..., n)`` gives per-sequence positions (left padding,
-        a cache offset): it must broadcast to ``x.shape[:-1]`` without enlarging it, e.g.
-        ``(batch, 1, n)`` for ``x`` of shape ``(batch, heads, n, d)``. Its last axis is
-        always ``n``.
+        and device as ``x``. Shape ``(n,)``: the same positions for every sequence. Per
+        sequence (left padding, a cache offset): one axis per axis of ``x.shape[:-1]``,
+        each of size 1 or equal, e.g. ``(batch, 1, n)`` for ``x`` of shape ``(batch,
+        heads, n, d)``. A shape in between, ``(batch, n)`` for that ``x``, is refused:
+        broadcasting from the right would line the batch up with the heads (a wrong
+        answer when ``batch == heads``), so write ``positions[:, None]``. Its last axis
+        is always ``n``. (The rule of :func:`check_positions`, the same as for masks.)
     base : float
         A finite number greater than 1; 10000 in RoFormer and LLaMA 1 and 2.
 
@@ -215,20 +241,21 @@ def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
         ``x`` is not a floating array; ``positions`` is of another library than ``x``, or
         not of an integer or floating dtype.
     ValueError
-        ``x`` has fewer than 2 axes or an odd last axis ``d``; ``positions`` has the wrong
-        shape; ``x`` or ``positions`` holds NaN or infinity; ``base`` is not above 1.
+        ``x`` has fewer than 2 axes or a last axis ``d`` that is odd or 0; ``positions``
+        has the wrong or an ambiguous shape; ``x`` or ``positions`` holds NaN or
+        infinity; ``base`` is not above 1.
     """
     backend = backend_of(x=x, positions=positions)
     check_floating("x", x)
     check_min_rank("x", x, 2, "(..., n, d)")
     x_shape = shape_of(x)
     d = x_shape[-1]
-    if d % 2:
-        raise ValueError(f"x: expected an even last axis d (RoPE rotates pairs of features), "
-                         f"got shape {x_shape} with d={d}")
+    if d % 2 or d == 0:
+        raise ValueError(f"x: expected a positive even last axis d (RoPE rotates pairs of "
+                         f"features), got shape {x_shape} with d={d}")
     freqs = position_frequencies(d, base=base)
     if positions is not None:
-        _check_positions(positions, x_shape)
+        check_positions(positions, x_shape[:-1])
     check_all_finite(x=x)
     half = d // 2
     n = x_shape[-2]
@@ -269,8 +296,12 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
     ----------
     params : :class:`attncore.MultiHeadParams` for self-attention (``d_kv = d_model``)
     x : array ``(..., n, d_model)``, the same library, device and dtype as ``params``
-    positions : see :func:`rope`: ``(n,)``, or per sequence ``(..., 1, n)`` (the head axis
-        sits before ``n`` inside the layer); default ``0 .. n - 1``
+    positions : array ``(n,)`` or ``(..., n)``, optional
+        The positions of ``x``'s rows, by the rule of :func:`rope` applied to ``x``:
+        ``(n,)``, or per sequence one axis per axis of ``x.shape[:-1]``, e.g. ``(batch,
+        n)`` for ``x`` of shape ``(batch, n, d_model)``, each of size 1 or equal; the
+        layer inserts the heads axis itself. A shape in between is refused as
+        ambiguous. Default ``0 .. n - 1``.
     base, mask, causal, return_weights : as in :func:`rope` and
         :func:`attncore.multi_head_attention`
 
@@ -278,6 +309,11 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
     -------
     out : array ``(..., n, d_model)``; with ``return_weights`` also the weights
     ``(..., num_heads, n, n)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`attncore.multi_head_attention` and :func:`rope`; an odd ``d_head``.
     """
     return_weights = check_flag("return_weights", return_weights)
     if isinstance(params, MultiHeadParams) and params.d_kv != params.d_model \
@@ -291,6 +327,11 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
         raise ValueError(f"params: expected an even head width d_head for RoPE, got "
                          f"d_head={params.d_head} (d_model={params.d_model}, "
                          f"num_heads={params.num_heads})")
+    if positions is not None:
+        check_positions(positions, shape_of(x)[:-1],
+                        hint=" (the layer inserts the heads axis itself)")
+        if positions.ndim > 1:                   # (..., n) -> (..., 1, n): one per head
+            positions = positions[..., None, :]
     q, k, v = _project_heads(params, layer, x)
     q, k = rope(q, positions, base=base), rope(k, positions, base=base)
     return _attend_heads(params, layer, q, k, v, mask, return_weights)

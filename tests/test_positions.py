@@ -253,7 +253,7 @@ def test_rope_matches_hugging_face_llama(llama, torch_backend, dtype, base):
 
 @pytest.mark.parametrize("make, error, words", [
     (lambda b: (to_backend(np.zeros((3, 5)), b), None), ValueError,
-     r"x: expected an even last axis d .*d=5"),
+     r"x: expected a positive even last axis d .*d=5"),
     (lambda b: (to_backend(np.zeros(4), b), None), ValueError,
      r"x: expected shape \(\.\.\., n, d\)"),
     (lambda b: (to_backend(np.zeros((3, 4), dtype=np.int64), b), None), TypeError,
@@ -276,6 +276,8 @@ def test_rope_matches_hugging_face_llama(llama, torch_backend, dtype, base):
      ValueError, "positions: expected finite values"),
     (lambda b: (to_backend(np.zeros((3, 4)), b), [0, 1, 2]), TypeError,
      "positions: expected a numpy.ndarray or a torch.Tensor, got list"),
+    (lambda b: (to_backend(np.zeros((5, 0)), b), None), ValueError,
+     r"x: expected a positive even last axis d .*d=0"),
 ])
 def test_rope_rejects_bad_arguments_the_same_way_on_every_backend(backend, make, error, words):
     x, positions = make(backend)
@@ -331,10 +333,60 @@ def test_rope_layer_ignores_a_common_shift_of_positions(backend, dtype):
     a = rope_multi_head_attention(params, x, to_backend(pos, backend))
     b = rope_multi_head_attention(params, x, to_backend(pos + 40, backend))
     assert close(b, to_numpy(a).astype(np.float64), dtype, scale=100)
-    # per-sequence positions (batch, 1, n): sequence 1 shifted, the same outputs
-    per_seq = to_backend(np.stack([pos, pos + 7, pos + 100])[:, None, :], backend)
+    # per-sequence positions (batch, n), in x's terms: each sequence shifted, the same
+    per_seq = to_backend(np.stack([pos, pos + 7, pos + 100]), backend)
     assert close(rope_multi_head_attention(params, x, per_seq),
                  to_numpy(a).astype(np.float64), dtype, scale=100)
+
+
+def test_rope_layer_per_sequence_positions_are_the_sequences_not_the_heads(backend):
+    # batch == heads == 2: positions (batch, n) must number the sequences' rows. The layer
+    # used to line them up with its heads axis, off by up to 0.64.
+    import attncore as ac
+
+    params = _layer(backend, np.float64, d_model=8, num_heads=2)
+    x = RNG.standard_normal((2, 5, 8))
+    pos = np.array([[0, 1, 2, 3, 4], [7, 9, 11, 13, 15]])
+    got = to_numpy(rope_multi_head_attention(params, to_backend(x, backend),
+                                             to_backend(pos, backend), causal=True))
+    for b in range(2):            # each sequence alone, with its own positions
+        alone = to_numpy(rope_multi_head_attention(params, to_backend(x[b], backend),
+                                                   to_backend(pos[b], backend),
+                                                   causal=True))
+        assert np.abs(got[b] - alone).max() < 1e-12
+    # the heads-axis form of rope's rule is x's rows plus one: refused, with the reason
+    with pytest.raises(ValueError, match=r"the layer inserts the heads axis itself"):
+        rope_multi_head_attention(params, to_backend(x, backend),
+                                  to_backend(pos[:, None, :], backend))
+    # 3 heads, 3 sequences, 4-D x with (batch, n) positions: refused, as masks are
+    params3 = _layer(backend, np.float64, d_model=12, num_heads=3)
+    x4 = to_backend(RNG.standard_normal((3, 2, 5, 12)), backend)
+    with pytest.raises(ValueError, match=r"positions: expected 3 dimensions .* ambiguous; "
+                                         r"insert the missing axes"):
+        rope_multi_head_attention(params3, x4, to_backend(np.zeros((2, 5)), backend))
+    assert ac.rope_multi_head_attention(params3, x4, to_backend(
+        np.zeros((3, 1, 5)), backend)).shape == (3, 2, 5, 12)
+
+
+def test_rope_refuses_positions_that_would_line_up_with_the_heads(backend):
+    # x (batch, heads, n, d) with batch == heads, positions (batch, n): broadcasting from
+    # the right would rotate head h by sequence h's positions (off by 6.3 before)
+    x = to_backend(RNG.standard_normal((2, 2, 5, 8)), backend)
+    pos = np.array([[0, 1, 2, 3, 4], [10, 20, 30, 40, 50]])
+    with pytest.raises(ValueError) as info:
+        rope(x, to_backend(pos, backend))
+    assert str(info.value) == (
+        "positions: expected 3 dimensions (one per axis of x's rows (2, 2, 5)) or 1, got "
+        "shape (2, 5): its leading axes would be matched with the last 1 of the 2 batch "
+        "axes of x, which is ambiguous; insert the missing axes (for per-sequence "
+        "positions of shape (batch, n) against x of shape (batch, heads, n, d): "
+        "positions[:, None])")
+    want = rope_by_pairs(to_numpy(x), pos[:, None, :], 10000.0)
+    assert np.abs(to_numpy(rope(x, to_backend(pos[:, None, :], backend))) - want).max() \
+        < 1e-12
+    # leading axes of size 1 cannot be misaligned: accepted
+    ones = to_backend(np.arange(5)[None, :], backend)
+    assert np.abs(to_numpy(rope(x, ones)) - to_numpy(rope(x))).max() == 0
 
 
 def test_rope_layer_rejects_odd_heads_and_cross_attention_weights(backend):
