@@ -4,10 +4,11 @@
 scaled dot-product attention, and reports, property by property, what holds and on which
 small input something fails::
 
+    >>> import math
     >>> import numpy as np
     >>> from attncore.testing import check_attention
     >>> def my_attention(q, k, v, mask=None, causal=False):
-    ...     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    ...     scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
     ...     if causal:
     ...         n_q, n_k = scores.shape[-2:]
     ...         mask = np.tri(n_q, n_k, dtype=bool) if mask is None else \\
@@ -22,22 +23,33 @@ small input something fails::
     >>> report.passed
     True
 
-**The calling convention.** Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)`` or
-``fn(q, k, v, causal=True)`` (a keyword is passed only when a property needs it), with
+**The calling convention.** Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)``,
+``fn(q, k, v, causal=True)`` or ``fn(q, k, v, mask=mask, causal=True)`` (a keyword is
+passed only when a property needs it), with
 
 * ``q`` of shape ``(*batch, n_q, d_k)``, ``k`` of shape ``(*batch, n_k, d_k)`` and ``v``
-  of shape ``(*batch, n_k, d_v)``: float64 NumPy arrays (or float64 CPU torch tensors
-  with ``backend="torch"``), ``batch`` being ``batch_shape`` (``(2, 3)`` by default:
-  batch and heads; pass ``()`` for a function written for single sequences);
+  of shape ``(*batch, n_k, d_v)``: NumPy arrays (or CPU torch tensors with
+  ``backend="torch"``), float64 for most properties and float32 (float16 if you claim
+  it, see ``dtypes``) for ``preserves_dtype``, ``batch`` being ``batch_shape`` (``(2,
+  3)`` by default: batch and heads; pass ``()`` for a function written for single
+  sequences). Square (``n_q = n_k``) and non-square inputs, with ``n_q < n_k`` and
+  ``n_q > n_k``, and several widths ``d_k`` and ``d_v``, whatever keywords ``fn`` takes;
 * ``mask`` a boolean array of exactly the scores' shape ``(*batch, n_q, n_k)``,
   ``True`` meaning "query i may attend to key j";
-* ``causal=True`` meaning query ``i`` may attend to keys ``0..i`` only (top-left aligned:
-  ``tril(ones(n_q, n_k))``, as in PyTorch), combined with ``mask`` by AND.
+* ``causal=True`` meaning query ``i`` may attend to keys ``0..i`` only, combined with
+  ``mask`` by AND. This is the course's convention, and PyTorch's ``is_causal``: the
+  mask is aligned at the **top-left** corner, ``tril(ones(n_q, n_k))``, also when
+  ``n_q != n_k``. (A decoder's new queries against a cache of earlier keys are aligned
+  at the bottom-right instead, :func:`attncore.bottom_right_causal_mask`; that is not
+  what ``causal=True`` means here, and ``causal_top_left`` says so when it finds it.)
 
-It must return ``out`` of shape ``(*batch, n_q, d_v)``, or a pair ``(out, weights)``
-with ``weights`` of shape ``(*batch, n_q, n_k)``, using the default scale
-``1 / sqrt(d_k)``. A query whose keys are all masked has no distribution to average: the
-course's convention (and attncore's) is a row of zeros, never NaN. Pass ``mask=False`` or
+It must return ``out`` of shape ``(*batch, n_q, d_v)`` and of the dtype of ``q``, or a
+pair ``(out, weights)`` with ``weights`` of shape ``(*batch, n_q, n_k)``, using the
+default scale ``1 / sqrt(d_k)``, and leave its arguments unchanged. A query whose keys
+are all masked has no distribution to average: the course's convention (and attncore's)
+is a row of zeros, never NaN. (The example divides by ``math.sqrt``, a Python float:
+NumPy's ``np.sqrt(d)`` is a NumPy float64 scalar, which under NumPy 2 turns float32
+scores into float64, and ``preserves_dtype`` reports it.) Pass ``mask=False`` or
 ``causal=False`` to :func:`check_attention` if your function takes no such keyword; the
 properties that need it are then skipped.
 """
@@ -58,8 +70,12 @@ __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
 PROPERTIES = {
     "output_shape": "returns finite values of shape (batch..., n_q, d_v) (and weights of "
-                    "the scores' shape, if any)",
-    "inputs_unchanged": "leaves q, k, v and mask as they were",
+                    "the scores' shape, if any), for n_q < n_k, n_q = n_k and n_q > n_k",
+    "preserves_dtype": "float32 inputs give float32 outputs (float16 ones float16, if "
+                       "claimed), float64 ones float64, and the same numbers to the "
+                       "precision of the dtype",
+    "inputs_unchanged": "leaves q, k, v and mask as they were, under every combination "
+                        "of mask and causal it takes, in every dtype",
     "rows_sum_to_one": "returned weights are >= 0, sum to 1 per query, are 0 where masked, "
                        "and out = weights @ v",
     "convex_combination": "each output is a weighted average of the values: within their "
@@ -70,12 +86,16 @@ PROPERTIES = {
                          "values after i change",
     "causal_prefix": "under causal=True, output i equals attention of query i over keys "
                      "0..i alone",
+    "causal_top_left": "under causal=True with n_q < n_k and with n_q > n_k, query i "
+                       "still sees keys 0..i: the mask is tril(ones(n_q, n_k)), aligned "
+                       "top-left",
     "no_padding_leakage": "keys a padding mask excludes have no influence: the output "
                           "equals attention over the real keys alone",
     "fully_masked_rows": "a query with every key masked gets zeros (not NaN), and the "
                          "other rows are unaffected",
     "matches_reference": "agrees with PyTorch's scaled_dot_product_attention (attncore's "
-                         "NumPy reference when torch is not installed)",
+                         "NumPy reference when torch is not installed), with n_q < n_k, "
+                         "n_q = n_k and n_q > n_k and several widths d_k and d_v",
 }
 """The properties :func:`check_attention` checks, by name, with what each one asserts."""
 
@@ -182,7 +202,8 @@ class _Skip(Exception):
 
 def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool = True,
                     batch_shape: tuple[int, ...] = (2, 3), backend: str = "numpy",
-                    atol: float = 1e-6, rtol: float = 1e-6, seed: int = 0) -> AttentionCheck:
+                    dtypes: tuple[str, ...] = ("float32",), atol: float = 1e-6,
+                    rtol: float = 1e-6, seed: int = 0) -> AttentionCheck:
     """Run the course's attention properties on ``fn`` and report which hold.
 
     Parameters
@@ -198,9 +219,13 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     batch_shape : tuple of int, default (2, 3)
         The leading axes of every input; ``()`` for a function of 2-D arrays.
     backend : {"numpy", "torch"}, default "numpy"
-        Pass float64 NumPy arrays, or float64 CPU torch tensors (outputs may be either).
+        Pass NumPy arrays, or CPU torch tensors (outputs may be either).
+    dtypes : tuple of str, default ("float32",)
+        The dtypes besides float64 that ``fn`` claims to keep (``preserves_dtype``):
+        float32 always; add ``"float16"`` if ``fn`` claims half precision too (its
+        numbers are then compared to 1e-2, float32's to 1e-4).
     atol, rtol : float, default 1e-6
-        Tolerances of every comparison (``|a - b| <= atol + rtol * |b|``).
+        Tolerances of every float64 comparison (``|a - b| <= atol + rtol * |b|``).
     seed : int, default 0
         Seed of the random inputs.
 
@@ -229,8 +254,13 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     for name, tol in (("atol", atol), ("rtol", rtol)):
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
             raise ValueError(f"{name}: expected a number >= 0, got {tol!r}")
+    if not isinstance(dtypes, tuple) or "float32" not in dtypes or \
+            not set(dtypes) <= set(_LOW_PRECISION):
+        raise ValueError(f"dtypes: expected ('float32',) or ('float32', 'float16'), got "
+                         f"{dtypes!r}")
     seed = check_size("seed", seed, minimum=0)
     runner = _Runner(fn, mask, causal, batch_shape, backend, atol, rtol, seed)
+    runner.dtypes = dtypes
     results = []
     for name in PROPERTIES:
         try:
@@ -250,6 +280,11 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+# Relative tolerances of preserves_dtype, by dtype: float32 and float16 round every score,
+# exponential and sum (float16 inputs may be computed in float32 and rounded once).
+_LOW_PRECISION = {"float32": 1e-4, "float16": 1e-2}
+
+
 class _Runner:
     """Builds the small inputs and runs the properties (one method per property)."""
 
@@ -257,6 +292,7 @@ class _Runner:
         self.fn, self.has_mask, self.has_causal = fn, has_mask, has_causal
         self.batch, self.backend, self.atol, self.rtol, self.seed = \
             batch, backend, atol, rtol, seed
+        self.dtypes = ("float32",)
         self._weights = None                         # does fn return weights? (first call)
 
     # --- inputs and calls ------------------------------------------------------------
@@ -268,32 +304,37 @@ class _Runner:
                 rng.standard_normal(b + (n_k, d_k)) * spread,
                 rng.standard_normal(b + (n_k, d_v)))
 
+    def flag_sets(self):
+        """Every combination of keywords ``fn`` takes: ``(mask?, causal)`` pairs."""
+        return [(m, c) for m in ((False, True) if self.has_mask else (False,))
+                for c in ((False, True) if self.has_causal else (False,))]
+
     def describe(self, q, k, v, mask=None, causal=False, note=""):
         text = f"q {q.shape}, k {k.shape}, v {v.shape}"
+        if q.dtype != np.float64:
+            text += f" of dtype {q.dtype}"
         if mask is not None:
             text += f", mask {mask.shape}"
         if causal:
             text += ", causal=True"
         return text + (f", {note}" if note else "") + f" (seed {self.seed})"
 
-    def call(self, q, k, v, mask=None, causal=False, *, where=""):
-        """``fn``'s result as NumPy ``(out, weights or None)``; any problem is a failure."""
-        kwargs = {}
-        if mask is not None:
-            kwargs["mask"] = mask
-        if causal:
-            kwargs["causal"] = True
-        args = [q, k, v]
+    def convert(self, x):
+        """A fresh copy of ``x`` in the backend's library, for ``fn``."""
         if self.backend == "torch":
             import torch
 
-            args = [torch.from_numpy(np.array(x)) for x in args]
-            kwargs = {n: (torch.from_numpy(np.array(x)) if isinstance(x, np.ndarray) else x)
-                      for n, x in kwargs.items()}
-        else:
-            args = [np.array(x) for x in args]                  # fn gets its own copies
-            kwargs = {n: (np.array(x) if isinstance(x, np.ndarray) else x)
-                      for n, x in kwargs.items()}
+            return torch.from_numpy(np.array(x))
+        return np.array(x)
+
+    def invoke(self, q, k, v, mask=None, causal=False, *, where=""):
+        """``fn``'s raw result and the arguments it was given (its own copies)."""
+        kwargs = {}
+        if mask is not None:
+            kwargs["mask"] = self.convert(mask)
+        if causal:
+            kwargs["causal"] = True
+        args = [self.convert(x) for x in (q, k, v)]
         try:
             result = self.fn(*args, **kwargs)
         except Exception as err:                                # reported, not raised
@@ -303,8 +344,15 @@ class _Runner:
                         "to check_attention)")
             raise _Failure(f"fn raised {type(err).__name__}: {err}{hint}",
                            where or self.describe(q, k, v, mask, causal)) from None
+        return result, args, kwargs
+
+    def call(self, q, k, v, mask=None, causal=False, *, where="", dtype_of=False):
+        """``fn``'s result as NumPy ``(out, weights or None)``; any problem is a failure.
+        With ``dtype_of``, the dtypes of the result as given are returned too."""
+        result = self.invoke(q, k, v, mask, causal, where=where)[0]
         out, weights = (result if isinstance(result, tuple) and len(result) == 2
                         else (result, None))
+        given = (_dtype_name(out), None if weights is None else _dtype_name(weights))
         out, weights = _to_numpy(out), _to_numpy(weights)
         if self._weights is None:
             self._weights = weights is not None
@@ -318,7 +366,7 @@ class _Runner:
             if not isinstance(weights, np.ndarray) or weights.shape != expected_w:
                 got = getattr(weights, "shape", type(weights).__name__)
                 raise _Failure(f"expected weights of shape {expected_w}, got {got}", where)
-        return out, weights
+        return (out, weights, given) if dtype_of else (out, weights)
 
     def close(self, a, b):
         return np.abs(a - b) <= self.atol + self.rtol * np.abs(b)
@@ -349,47 +397,70 @@ class _Runner:
     # --- the properties ----------------------------------------------------------------
 
     def output_shape(self):
-        q, k, v = self.qkv(5, 7)
-        out, weights = self.call(q, k, v)
-        if not np.isfinite(out).all():
-            raise _Failure("out holds NaN or infinity", self.describe(q, k, v))
-        if weights is not None and not np.isfinite(weights).all():
-            raise _Failure("weights hold NaN or infinity", self.describe(q, k, v))
+        for n_q, n_k, d_k, d_v in ((5, 7, 4, 3), (6, 6, 8, 5), (7, 4, 3, 6)):
+            q, k, v = self.qkv(n_q, n_k, d_k, d_v)
+            out, weights = self.call(q, k, v)
+            if not np.isfinite(out).all():
+                raise _Failure("out holds NaN or infinity", self.describe(q, k, v))
+            if weights is not None and not np.isfinite(weights).all():
+                raise _Failure("weights hold NaN or infinity", self.describe(q, k, v))
+
+    def preserves_dtype(self):
+        cases = [(5, 7, 4, 3, False), (7, 4, 8, 5, False)]
+        if self.has_causal:
+            cases.append((6, 6, 4, 3, True))
+        for dtype in ("float64",) + tuple(d for d in _LOW_PRECISION if d in self.dtypes):
+            for n_q, n_k, d_k, d_v, c in cases:
+                q, k, v = (x.astype(dtype) for x in self.qkv(n_q, n_k, d_k, d_v, offset=21))
+                where = self.describe(q, k, v, causal=c)
+                out, weights, given = self.call(q, k, v, causal=c, where=where,
+                                                dtype_of=True)
+                for what, got in zip(("out", "weights"), given):
+                    if got is not None and got != dtype:
+                        raise _Failure(f"{dtype} inputs gave {what} of dtype {got}, "
+                                       f"expected {dtype}", where)
+                if dtype == "float64":
+                    continue
+                wide, _ = self.call(*(x.astype(np.float64) for x in (q, k, v)), causal=c,
+                                    where=where)
+                tol = _LOW_PRECISION[dtype]
+                ok = np.abs(out.astype(np.float64) - wide) <= tol * (1 + np.abs(wide))
+                if not ok.all():
+                    raise _Failure(f"{dtype} inputs gave an output {self.first_bad(ok)} "
+                                   f"that differs from the float64 answer by more than "
+                                   f"{tol:g} (max error "
+                                   f"{np.abs(out.astype(np.float64) - wide).max():.3g})",
+                                   where)
 
     def inputs_unchanged(self):
-        q, k, v = self.qkv(5, 7, offset=1)
-        m = self.random_mask(5, 7, 1) if self.has_mask else None
-        args = [q, k, v]
-        kwargs = {"mask": m} if m is not None else {}
-        if self.backend == "torch":
-            import torch
-
-            args = [torch.from_numpy(x.copy()) for x in args]
-            if m is not None:
-                kwargs["mask"] = torch.from_numpy(m.copy())
-        else:
-            args = [x.copy() for x in args]
-            if m is not None:
-                kwargs["mask"] = m.copy()
-        where = self.describe(q, k, v, m)
-        try:
-            self.fn(*args, **kwargs)
-        except Exception as err:
-            raise _Failure(f"fn raised {type(err).__name__}: {err}", where) from None
-        for name, before, after in zip("qkv", (q, k, v), args):
-            if not np.array_equal(before, _to_numpy(after)):
-                raise _Failure(f"fn changed its argument {name} in place", where)
-        if m is not None and not np.array_equal(m, _to_numpy(kwargs["mask"])):
-            raise _Failure("fn changed its argument mask in place", where)
+        shapes = ((5, 7, 4, 3), (6, 6, 4, 3), (7, 4, 5, 2))
+        dtypes = ("float64",) + tuple(d for d in _LOW_PRECISION if d in self.dtypes)
+        for dtype in dtypes:
+            for i, (n_q, n_k, d_k, d_v) in enumerate(shapes):
+                for has_m, c in self.flag_sets():
+                    q, k, v = (x.astype(dtype) for x in self.qkv(n_q, n_k, d_k, d_v,
+                                                                  offset=1 + i))
+                    m = self.random_mask(n_q, n_k, 1 + i) if has_m else None
+                    where = self.describe(q, k, v, m, c)
+                    _, args, kwargs = self.invoke(q, k, v, m, c, where=where)
+                    for name, before, after in zip("qkv", (q, k, v), args):
+                        if not np.array_equal(before, _to_numpy(after)):
+                            raise _Failure(f"fn changed its argument {name} in place "
+                                           f"({_flags(has_m, c)})", where)
+                    if m is not None and not np.array_equal(m, _to_numpy(kwargs["mask"])):
+                        raise _Failure(f"fn changed its argument mask in place "
+                                       f"({_flags(has_m, c)})", where)
 
     def rows_sum_to_one(self):
         if not self._weights:
             raise _Skip("fn returns no weights")
-        cases = [(self.qkv(5, 7, offset=2), None, False)]
+        cases = [(self.qkv(5, 7, offset=2), None, False),
+                 (self.qkv(6, 6, offset=22), None, False)]
         if self.has_mask:
             cases.append((self.qkv(5, 7, offset=3), self.random_mask(5, 7, 3), False))
         if self.has_causal:
             cases.append((self.qkv(6, 6, offset=4), None, True))
+            cases.append((self.qkv(4, 7, offset=23), None, True))
         for (q, k, v), m, c in cases:
             out, w = self.call(q, k, v, m, c)
             where = self.describe(q, k, v, m, c)
@@ -414,7 +485,7 @@ class _Runner:
                                f"{self.first_bad(ok)}", where)
 
     def convex_combination(self):
-        cases = [(5, 7, None, False, 5), (4, 300, None, False, 6)]
+        cases = [(5, 7, None, False, 5), (6, 6, None, False, 24), (4, 300, None, False, 6)]
         if self.has_mask:
             cases.append((5, 7, self.random_mask(5, 7, 7), False, 7))
         if self.has_causal:
@@ -493,6 +564,41 @@ class _Runner:
                                f"{np.abs(out[..., i:i + 1, :] - alone).max():.3g})",
                                self.describe(q, k, v, causal=True))
 
+    def causal_top_left(self):
+        if not self.has_causal:
+            raise _Skip("fn takes no causal keyword (causal=False)")
+        for n_q, n_k, d_k, d_v, offset in ((4, 7, 4, 3, 25), (7, 4, 6, 5, 26)):
+            q, k, v = self.qkv(n_q, n_k, d_k, d_v, offset=offset)
+            where = self.describe(q, k, v, causal=True,
+                                  note=f"n_q {'<' if n_q < n_k else '>'} n_k")
+            out, _ = self.call(q, k, v, causal=True, where=where)
+            # attention of query i over keys 0..last alone (no keys: zeros)
+            def alone(i, last):
+                if last < 0:
+                    return np.zeros(out[..., i:i + 1, :].shape)
+                return self.call(q[..., i:i + 1, :], k[..., :last + 1, :],
+                                 v[..., :last + 1, :], where=where)[0]
+            for i in range(n_q):
+                last = min(i, n_k - 1)
+                if self.close(out[..., i:i + 1, :], alone(i, last)).all():
+                    continue
+                detail = (f"output {i} differs from attention of query {i} over keys "
+                          f"0..{last} (top-left: tril(ones(n_q, n_k)))")
+                for shift, name in ((n_k - n_q, "aligned bottom-right, "
+                                     "tril(ones(n_q, n_k), k=n_k-n_q)"),
+                                    (1, "shifted by one, j <= i + 1"),
+                                    (-1, "shifted by one, j < i")):
+                    # (named only if every row fits it: zeros are no alignment)
+                    seen = min(i + shift, n_k - 1)
+                    if seen != last and all(
+                            self.close(out[..., r:r + 1, :],
+                                       alone(r, min(r + shift, n_k - 1))).all()
+                            for r in range(n_q)):
+                        keys = f"keys 0..{seen}" if seen >= 0 else "no key"
+                        detail += f"; it equals attention over {keys}: the mask is {name}"
+                        break
+                raise _Failure(detail, where)
+
     def no_padding_leakage(self):
         if not self.has_mask:
             raise _Skip("fn takes no mask keyword (mask=False)")
@@ -515,12 +621,15 @@ class _Runner:
                            where)
         for b, length in enumerate(lengths.tolist()):
             sl = slice(b, b + 1) if self.batch else slice(None)      # keep every axis
-            alone, _ = self.call(q[sl], k[sl][..., :length, :], v[sl][..., :length, :],
-                                 where=where)
-            ok = self.close(out[sl], alone)
-            if not ok.all():
-                raise _Failure(f"batch entry {b} differs from attention over its "
-                               f"{length} real keys alone", where)
+            # (at most `length` queries per call: a function that is wrong only when
+            # n_q > n_k is matches_reference's finding, not a padding leak)
+            for r in range(0, n_q, length):
+                alone, _ = self.call(q[sl][..., r:r + length, :], k[sl][..., :length, :],
+                                     v[sl][..., :length, :], where=where)
+                ok = self.close(out[sl][..., r:r + length, :], alone)
+                if not ok.all():
+                    raise _Failure(f"batch entry {b} differs from attention over its "
+                                   f"{length} real keys alone", where)
 
     def fully_masked_rows(self):
         if not self.has_mask:
@@ -552,18 +661,27 @@ class _Runner:
 
     def matches_reference(self):
         reference, name = _reference()
+        several = "keys in several blocks"
         cases = [("", self.qkv(5, 7, d_k=8, offset=16), None, False),
-                 ("keys in several blocks", self.qkv(4, 300, d_k=8, offset=17, spread=1.5),
-                  None, False)]
+                 ("", self.qkv(6, 6, d_k=4, d_v=5, offset=27), None, False),
+                 ("", self.qkv(7, 4, d_k=16, d_v=8, offset=28), None, False),
+                 ("", self.qkv(3, 5, d_k=1, d_v=1, offset=29), None, False),
+                 (several, self.qkv(4, 300, d_k=8, offset=17, spread=1.5), None, False)]
         if self.has_causal:
-            cases.append(("", self.qkv(6, 6, d_k=8, offset=18), None, True))
+            cases += [("", self.qkv(6, 6, d_k=8, offset=18), None, True),
+                      ("", self.qkv(4, 7, d_k=4, d_v=6, offset=30), None, True),
+                      ("", self.qkv(7, 4, d_k=8, d_v=5, offset=31), None, True)]
         if self.has_mask:
             cases.append(("", self.qkv(5, 7, d_k=8, offset=19),
                           self.random_mask(5, 7, 19), False))
+            cases.append(("", self.qkv(7, 5, d_k=6, d_v=4, offset=32),
+                          self.random_mask(7, 5, 32), False))
             if self.has_causal:
                 cases.append(("", self.qkv(6, 6, d_k=8, offset=20),
                               self.random_mask(6, 6, 20), True))
         for note, (q, k, v), m, c in cases:
+            if c and m is not None:                # keep key 0: no row fully masked
+                m[..., 0] = True
             where = self.describe(q, k, v, m, c, note)
             out, _ = self.call(q, k, v, m, c, where=where)
             ref = reference(q, k, v, m, c)
@@ -571,6 +689,17 @@ class _Runner:
             if not ok.all():
                 raise _Failure(f"differs from {name} at output {self.first_bad(ok)} (max "
                                f"error {np.abs(out - ref).max():.3g})", where)
+
+
+def _flags(has_mask: bool, causal: bool) -> str:
+    words = (["with a mask"] if has_mask else ["without a mask"]) + \
+        (["causal=True"] if causal else [])
+    return ", ".join(words)
+
+
+def _dtype_name(x: Any) -> str | None:
+    dtype = getattr(x, "dtype", None)
+    return None if dtype is None else str(dtype).replace("torch.", "")
 
 
 def _to_numpy(x: Any) -> Any:

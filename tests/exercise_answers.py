@@ -67,8 +67,10 @@ ANSWERS: dict[str, Answers] = {
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
         wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
     "ex-sdpa-your-attention": Answers(
+        # (/ math.sqrt: a Python float keeps float32 scores float32; NumPy 2 promotes
+        # them to float64 with np.sqrt's NumPy float64, which preserves_dtype reports)
         right={"my_attention": """def my_attention(q, k, v, mask=None, causal=False):
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
     allowed = np.ones(s.shape, dtype=bool)
     if mask is not None:
         allowed &= mask

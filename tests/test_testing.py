@@ -4,6 +4,7 @@ caught by the property that names them, and the report reads well."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -23,7 +24,27 @@ OURS = {
     "tiled torch, block 128": (ac.tiled_attention, "torch"),
     "hand-written": (broken.correct, "numpy"),
     "hand-written, weights": (broken.correct_with_weights, "numpy"),
+    "PyTorch's, wrapped": (None, "torch"),
 }
+
+
+def torch_sdpa(q, k, v, mask=None, causal=False):
+    """PyTorch's own attention in the course's calling convention: is_causal is top-left
+    (PyTorch's too), and a query with no admissible key gets zeros, not NaN."""
+    import torch
+    import torch.nn.functional as F
+
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    if causal:
+        tri = torch.ones(n_q, n_k, dtype=torch.bool).tril()
+        mask = tri if mask is None else mask & tri
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
+OURS["PyTorch's, wrapped"] = (torch_sdpa, "torch")
 
 
 @pytest.mark.parametrize("name", OURS)
@@ -34,6 +55,22 @@ def test_the_course_implementations_pass(name):
     assert [r.name for r in report.results] == list(PROPERTIES)
     weights = "weights" in name
     assert report["rows_sum_to_one"].status == ("passed" if weights else "skipped")
+
+
+@pytest.mark.parametrize("name", [n for n in OURS if not n.startswith("hand-written")])
+def test_the_course_implementations_keep_half_precision(name):
+    # attncore's functions and PyTorch's claim float16 too (and keep it)
+    fn, backend = OURS[name]
+    check_attention(fn, backend=backend, dtypes=("float32", "float16")).assert_passed()
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_no_false_alarm_for_any_declared_support(name):
+    fn, backend = OURS[name]
+    for mask, causal in ((False, False), (False, True), (True, False)):
+        report = check_attention(fn, backend=backend, mask=mask, causal=causal,
+                                 batch_shape=(3,), seed=4)
+        report.assert_passed()
 
 
 @pytest.mark.parametrize("batch_shape", [(), (3,), (2, 1, 2)])
@@ -50,16 +87,44 @@ MISTAKES = {
     "scale_by_d": {"matches_reference"},
     # the scores of key j mix in other keys' coordinates
     "reshape_not_transpose": {"permutation_equivariance", "no_future_leakage",
-                              "causal_prefix", "no_padding_leakage", "matches_reference"},
+                              "causal_prefix", "causal_top_left", "no_padding_leakage",
+                              "matches_reference"},
     "inverted_mask": {"no_padding_leakage", "fully_masked_rows", "matches_reference"},
     # masked keys still in the denominator: weights no longer sum to one
     "mask_after_softmax": {"rows_sum_to_one", "convex_combination", "no_future_leakage",
-                           "causal_prefix", "no_padding_leakage", "matches_reference"},
-    "causal_sees_next": {"no_future_leakage", "causal_prefix", "matches_reference"},
+                           "causal_prefix", "causal_top_left", "no_padding_leakage",
+                           "matches_reference"},
+    "causal_sees_next": {"no_future_leakage", "causal_prefix", "causal_top_left",
+                         "matches_reference"},
     # query 0 sees nothing and returns zeros, outside the range of the values
-    "causal_misses_itself": {"convex_combination", "causal_prefix", "matches_reference"},
+    "causal_misses_itself": {"convex_combination", "causal_prefix", "causal_top_left",
+                             "matches_reference"},
     # only visible once the keys span several blocks
     "online_softmax_without_rescale": {"convex_combination", "matches_reference"},
+    # --- the mistakes an outside attack found check_attention passing (issue 29) ---
+    # the same as top-left on square inputs, where every causal call used to be
+    "causal_bottom_right": {"causal_top_left", "matches_reference"},
+    "causal_shifted_when_not_square": {"causal_top_left", "matches_reference"},
+    # every input used to be float64
+    "float32_answered_in_float64": {"preserves_dtype"},
+    # inputs_unchanged used to make one call, with a mask and without causal
+    "mutates_under_causal": {"inputs_unchanged"},
+    "mutates_without_mask": {"inputs_unchanged"},
+    # every case used d_v = 3
+    "wrong_when_d_v_above_3": {"matches_reference"},
+    # used to be reported as no_padding_leakage; a causal call with n_q > n_k is wrong too
+    "zeros_when_more_queries_than_keys": {"causal_top_left", "matches_reference"},
+    # --- five more a learner could write ---
+    "scale_by_sqrt_d_v": {"matches_reference"},
+    "causal_upper_triangle": {"no_future_leakage", "causal_prefix", "causal_top_left",
+                              "matches_reference"},
+    # masked keys keep weight exp(0): the future and the padding leak, and a fully
+    # masked row averages every value
+    "multiplies_scores_by_mask": {"no_future_leakage", "causal_prefix", "causal_top_left",
+                                  "no_padding_leakage", "fully_masked_rows",
+                                  "matches_reference"},
+    "causal_replaces_mask": {"matches_reference"},
+    "computes_float32_in_float16": {"preserves_dtype"},
 }
 
 
@@ -85,8 +150,51 @@ def test_mistakes_are_caught_on_torch_too():
         wrapped.__name__ = fn.__name__
         return wrapped
 
-    report = check_attention(on_torch(broken.causal_sees_next), backend="torch")
-    assert set(report.failed) == MISTAKES["causal_sees_next"]
+    for mistake in ("causal_sees_next", "causal_bottom_right", "mutates_under_causal",
+                    "float32_answered_in_float64"):
+        report = check_attention(on_torch(getattr(broken, mistake)), backend="torch")
+        assert set(report.failed) == MISTAKES[mistake], str(report)
+
+
+def test_mistakes_that_need_a_declaration():
+    # softmax over the queries on square inputs, in a function that declares neither
+    # keyword: every square call used to be a causal one
+    report = check_attention(broken.wrong_axis_when_square, mask=False, causal=False)
+    assert set(report.failed) == {"convex_combination", "matches_reference"}, str(report)
+    assert "q (2, 3, 6, 4), k (2, 3, 6, 4)" in report["matches_reference"].input
+    # half precision, where claimed: a function that claims float16 must keep it
+    assert check_attention(broken.float16_answered_in_float32).passed
+    report = check_attention(broken.float16_answered_in_float32,
+                             dtypes=("float32", "float16"))
+    assert report.failed == ["preserves_dtype"]
+    assert report["preserves_dtype"].detail == ("float16 inputs gave out of dtype float32, "
+                                                "expected float16")
+
+
+def test_each_property_names_what_it_found():
+    report = check_attention(broken.causal_bottom_right)
+    assert report["causal_top_left"].detail == (
+        "output 0 differs from attention of query 0 over keys 0..0 (top-left: "
+        "tril(ones(n_q, n_k))); it equals attention over keys 0..3: the mask is aligned "
+        "bottom-right, tril(ones(n_q, n_k), k=n_k-n_q)")
+    assert "n_q < n_k" in report["causal_top_left"].input
+    detail = check_attention(broken.causal_shifted_when_not_square)["causal_top_left"].detail
+    assert detail.endswith("the mask is shifted by one, j <= i + 1")
+    result = check_attention(broken.mutates_under_causal)["inputs_unchanged"]
+    assert result.detail == ("fn changed its argument q in place (without a mask, "
+                             "causal=True)")
+    assert "causal=True" in result.input
+    assert check_attention(broken.mutates_without_mask)["inputs_unchanged"].detail == \
+        "fn changed its argument v in place (without a mask)"
+    result = check_attention(broken.float32_answered_in_float64)["preserves_dtype"]
+    assert result.detail == "float32 inputs gave out of dtype float64, expected float32"
+    assert "of dtype float32" in result.input
+    result = check_attention(broken.wrong_when_d_v_above_3)["matches_reference"]
+    assert "v (2, 3, 6, 5)" in result.input
+    result = check_attention(broken.zeros_when_more_queries_than_keys)["matches_reference"]
+    assert "q (2, 3, 7, 16), k (2, 3, 4, 16)" in result.input
+    assert "aligned" not in \
+        check_attention(broken.zeros_when_more_queries_than_keys)["causal_top_left"].detail
 
 
 def test_a_function_without_mask_or_causal():
@@ -97,7 +205,7 @@ def test_a_function_without_mask_or_causal():
     assert report.passed
     skipped = {r.name for r in report.results if r.status == "skipped"}
     assert skipped == {"rows_sum_to_one", "no_future_leakage", "causal_prefix",
-                       "no_padding_leakage", "fully_masked_rows"}
+                       "causal_top_left", "no_padding_leakage", "fully_masked_rows"}
     # without saying so, the mask calls fail, and the report says what to do
     report = check_attention(plain)
     assert "no_padding_leakage" in report.failed
@@ -106,7 +214,7 @@ def test_a_function_without_mask_or_causal():
 
 def test_nan_for_fully_masked_rows_is_reported():
     def nan_rows(q, k, v, mask=None, causal=False):
-        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         with np.errstate(invalid="ignore"):
@@ -142,7 +250,7 @@ def test_report_is_short_and_readable():
     report = check_attention(broken.mask_after_softmax)
     text = str(report)
     lines = text.splitlines()
-    assert lines[0] == ("check_attention(mask_after_softmax): 4 passed, 6 failed, "
+    assert lines[0] == ("check_attention(mask_after_softmax): 5 passed, 7 failed, "
                         "0 skipped")
     assert all(len(line) <= 80 for line in lines)   # the book's content column
     assert any(line.startswith("  FAIL  rows_sum_to_one: ") for line in lines)
@@ -163,6 +271,9 @@ def test_report_is_short_and_readable():
     ({"batch_shape": (0,)}, ValueError, "batch_shape: expected a positive integer"),
     ({"backend": "jax"}, ValueError, "backend: expected 'numpy' or 'torch'"),
     ({"atol": -1.0}, ValueError, "atol: expected a number >= 0"),
+    ({"dtypes": ("float16",)}, ValueError, r"dtypes: expected \('float32',\) or"),
+    ({"dtypes": ["float32"]}, ValueError, r"dtypes: expected \('float32',\) or"),
+    ({"dtypes": ("float32", "bfloat16")}, ValueError, "dtypes: expected"),
     ({"seed": -1}, ValueError, "seed: expected a non-negative integer"),
 ])
 def test_bad_arguments(kwargs, exc, words):
