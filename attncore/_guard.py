@@ -25,7 +25,11 @@ named; else the scores are computed block by block, exactly as the reference com
 them, and any non-finite score is reported as an overflow; else the values are rescaled
 by exact powers of two so that no path's weighted sum can overflow either.
 
-Under ``torch.func.vmap`` values cannot be read, so the check is skipped there.
+Under ``torch.func.vmap`` values cannot be read, so the check is skipped there. Under the
+other ``torch.func`` transforms (``grad``, ``jacrev``, ``jvp``, ``jacfwd``) and forward-mode
+AD it runs on torch's norms of the wrapped tensors (never on their memory, which they do not
+have), and the caller is told to keep away from PyTorch's fused kernels, which have no
+forward derivative.
 """
 
 from __future__ import annotations
@@ -129,15 +133,29 @@ class Guard(NamedTuple):
         working dtype of ``v``) to divide ``v`` by before, and multiply the output by
         after, so that no weighted sum of values can overflow.
     vmapped : the inputs are batched by ``torch.func.vmap``, so nothing was checked.
+    transformed : a ``torch.func`` transform other than ``vmap`` (``grad``, ``jvp``, ...)
+        or forward-mode AD is running. The values were checked (through the transform's
+        wrapped tensors, never their memory), but PyTorch's fused kernels have no forward
+        derivative: callers compute with attncore's own arithmetic instead.
     """
 
     certified: bool
     v_factor: Any
     vmapped: bool = False
+    transformed: bool = False
 
 
 PASSED = Guard(True, None)
 VMAPPED = Guard(True, None, True)
+TRANSFORMED = Guard(True, None, False, True)
+
+
+def transform_running() -> bool:
+    """Whether a ``torch.func`` transform or a forward-mode AD level is active (torch is
+    imported: the caller holds a tensor)."""
+    torch = sys.modules["torch"]
+    return torch._C._functorch.peek_interpreter_stack() is not None or \
+        getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
 
 
 def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
@@ -150,13 +168,18 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     after an overflow, ``scores`` how the scores are made from them. Returns a
     :class:`Guard`; raises ``ValueError`` as described in the module docstring.
     """
+    transformed = False
     if shape.backend != "numpy":
         torch = sys.modules["torch"]
         if torch._C._functorch.peek_interpreter_stack() is not None and \
                 under_vmap(q, k, v):
             return VMAPPED
-        if q.is_cpu and q.dtype.itemsize > 2 and not (q.requires_grad or k.requires_grad
-                                                      or v.requires_grad) \
+        # Under grad, jvp and the like the tensors are wrapped and have no memory that
+        # NumPy could read: their norms are computed by torch (and read as numbers, which
+        # these transforms allow).
+        transformed = transform_running()
+        if not transformed and q.is_cpu and q.dtype.itemsize > 2 and \
+                not (q.requires_grad or k.requires_grad or v.requires_grad) \
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
             # The usual call, spelled out: this runs on every call, and on small inputs
             # every Python step of it shows in the time. A dot product is the cheapest
@@ -180,7 +203,7 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     qk_ok = big * a <= limit and big * b <= limit and s * a * b <= limit
     v_ok = c * math.sqrt(shape.n_k) <= limit
     if qk_ok and v_ok:
-        return PASSED
+        return TRANSFORMED if transformed else PASSED
     arrays = dict(zip(names, (q, k, v)))
     bad = find_non_finite(**arrays)
     if bad is not None:
@@ -190,7 +213,7 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
             q, k = group_heads(q, k, v, None, shape)[:2]
         if not scores_are_finite(q, k, shape.scale):
             raise overflow_error(q, inputs, scores)
-    return Guard(False, None if v_ok else _column_powers_of_two(v))
+    return Guard(False, None if v_ok else _column_powers_of_two(v), False, transformed)
 
 
 def scores_are_finite(q: Any, k: Any, scale: float, block: int = 256) -> bool:

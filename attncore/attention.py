@@ -103,7 +103,12 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     fused kernels do) and the results cast back.
 
     On torch the function is differentiable, and works under ``torch.func.vmap``; there
-    the values cannot be read, so NaN inputs and overflow are not checked.
+    the values cannot be read, so NaN inputs and overflow are not checked. Under the other
+    ``torch.func`` transforms (``grad``, ``jacrev``, ``jvp``, ``jacfwd``) and forward-mode
+    AD the values are checked as always, and the output is computed with attncore's own
+    arithmetic (PyTorch's fused kernels have no forward derivative). A second derivative
+    (``create_graph=True``) needs that arithmetic too: ask for ``return_weights=True``,
+    which always uses it, or call it under a transform.
 
     Grouped-query attention (``enable_gqa=True`` with fewer key/value heads) runs, on
     torch, in PyTorch's fused kernel with its own ``enable_gqa``; attncore's own
@@ -132,8 +137,10 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
            guard: Guard) -> Any:
     """The computation, after the checks: for callers that have checked the arguments
     themselves (:func:`~attncore.multi_head_attention`)."""
+    # (Under torch.func's grad, jvp and the like, and forward-mode AD, attncore's own
+    # arithmetic: PyTorch's fused kernels have no forward derivative, nor a second one.)
     fused = shape.backend != NUMPY and not return_weights and guard.certified and \
-        abs(shape.scale) >= _TINY
+        not guard.transformed and abs(shape.scale) >= _TINY
     if shape.group > 1 and not (fused and shape.n_k):
         # grouped-query attention in attncore's own arithmetic: ordinary attention on
         # grouped views of the same arrays (PyTorch's kernel takes enable_gqa itself)

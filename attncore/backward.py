@@ -45,7 +45,7 @@ from ._backend import (
     shape_of,
     under_vmap,
 )
-from ._guard import attention_guard, is_low_precision, work_dtype_name
+from ._guard import attention_guard, is_low_precision, transform_running, work_dtype_name
 from .attention import combined_mask
 from .online_softmax import _finite_or_zero, _row_max, _row_sum, _xp
 from .tiled import _tiled_backward, _transpose
@@ -202,7 +202,9 @@ def tiled_attention_backward(q: Any, k: Any, v: Any, d_out: Any, *, out: Any, ls
         one without) is a ``ValueError``, and so is an ``out`` for which ``dS``'s row sums,
         which are 0 for the true output, are not 0 (within the rounding of the dtype).
     NotImplementedError
-        Under ``torch.func.vmap``, as :func:`~attncore.tiled_attention`.
+        Under a ``torch.func`` transform or forward-mode AD (the block loop accumulates
+        the gradients in place): differentiate :func:`~attncore.tiled_attention` itself,
+        which supports them, or call this on batched tensors directly.
 
     Notes
     -----
@@ -220,6 +222,12 @@ def tiled_attention_backward(q: Any, k: Any, v: Any, d_out: Any, *, out: Any, ls
             "tiled_attention_backward: torch.func.vmap is not supported (the block loop "
             "accumulates the gradients in place); it takes any number of leading batch "
             "axes, so call it on the batched tensors directly, or use attention_backward")
+    if shape.backend != NUMPY and transform_running():
+        raise NotImplementedError(
+            "tiled_attention_backward: torch.func transforms (grad, jacrev, jvp, jacfwd) "
+            "and forward-mode AD are not supported (the block loop accumulates the "
+            "gradients in place); differentiate tiled_attention itself, which supports "
+            "them")
     _check_lse(lse, q, shape)
     guard = attention_guard(q, k, v, shape)
     check_all_finite(d_out=d_out, out=out)

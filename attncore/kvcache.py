@@ -353,6 +353,12 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
                          f"inputs or weights")
     start = cache.length
     keys, values = cache.append(k, v)
+    if not isinstance(keys, np.ndarray) and _recording(q, keys, values):
+        # Autograd saves what this step's attention read, views of the cache's buffer,
+        # which the next step's append overwrites in place (an error at backward time).
+        # Give it copies: training through decode then keeps every step's keys and
+        # values, O(n^2 / chunk_size) numbers, where multi_head_attention keeps O(n).
+        keys, values = keys.clone(), values.clone()
     try:
         h, d = params.num_heads, params.d_head
         # The new queries are the last n_new of start + n_new positions: with an empty
@@ -379,6 +385,12 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
     return out
 
 
+def _recording(*tensors: Any) -> bool:
+    """Whether autograd records an operation on ``tensors`` now."""
+    torch = sys.modules["torch"]
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
            cache: KVCache | None = None) -> Any:
     """Run a sequence through a causal self-attention layer step by step, with a KV cache.
@@ -401,6 +413,19 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     Returns
     -------
     numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`decode_step`, and a ``chunk_size`` that is not a positive integer.
+
+    Notes
+    -----
+    On torch the result is differentiable for every ``chunk_size`` (with respect to
+    ``x`` and the parameters): each step attends to a copy of the cache's keys and
+    values when autograd records it, since the next step writes into the cache's
+    buffer. That keeps every step's keys and values for the backward pass; to train,
+    :func:`~attncore.multi_head_attention` with ``causal=True`` needs far less memory.
     """
     chunk_size = check_size("chunk_size", chunk_size)
     layer = _check_layer(params, x, None, None, False, names=("x", "x"))

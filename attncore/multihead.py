@@ -39,8 +39,16 @@ from ._backend import (
     dtype_name,
     find_non_finite,
     shape_of,
+    under_vmap,
 )
-from ._guard import PASSED, Guard, attention_guard, layer_guard
+from ._guard import (
+    PASSED,
+    TRANSFORMED,
+    Guard,
+    attention_guard,
+    layer_guard,
+    transform_running,
+)
 from .attention import attend
 
 __all__ = [
@@ -425,6 +433,10 @@ def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any,
 def _heads_guard(layer: _Layer, q: Any, k: Any, v: Any, shape: AttentionShape) -> Guard:
     """When the layer's certificate failed: check the projections, then the scores."""
     if layer.certified:
+        # (under grad, jvp and the like: attncore's arithmetic, not the fused kernel)
+        if not isinstance(q, np.ndarray) and transform_running() and \
+                not under_vmap(q, k, v):
+            return TRANSFORMED
         return PASSED
     nq, nkv = layer.names
     inputs = f"{nq} or params" if nq == nkv else f"{nq}, {nkv} or params"

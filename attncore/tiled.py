@@ -37,7 +37,6 @@ from ._backend import (
     group_heads,
     shape_of,
     ungroup_heads,
-    under_vmap,
 )
 from ._guard import attention_guard, is_low_precision
 from .online_softmax import (
@@ -109,10 +108,6 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     ------
     TypeError, ValueError
         As the reference, and for a ``block_size`` that is not a positive integer.
-    NotImplementedError
-        Under ``torch.func.vmap`` (the block loop updates its running state in place);
-        ``tiled_attention`` takes any number of leading batch axes, so call it on the
-        batched tensors directly.
 
     Notes
     -----
@@ -126,7 +121,13 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     Autograd (torch): when an input requires a gradient, the forward pass also keeps the
     row statistic ``m + log l`` (``(..., n_q, 1)``), and the backward pass recomputes each
     block's scores and probabilities from it, with the same memory bound: the gradients
-    equal those of the reference.
+    equal those of the reference. Beyond the first derivative: a backward pass with
+    ``create_graph=True`` (double backward, ``gradgradcheck``) differentiates the same
+    block loop written out of place, and so do ``torch.func.vmap``, ``grad``,
+    ``jacrev``, ``jvp``, ``jacfwd`` and forward-mode AD, which trace it like any torch
+    code; the values equal the reference's, but autograd keeps each block for the
+    backward pass, so these have the reference's memory, not tiling's. (Under ``vmap``
+    the values are not checked for NaN or overflow, as in the reference.)
     """
     shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
                                    enable_gqa=enable_gqa)
@@ -223,18 +224,19 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
     """``(out, lse)``, lse of shape ``(..., n_q, 1)`` in the working dtype."""
     import torch
 
-    if under_vmap(q, k, v, mask):
-        raise NotImplementedError(
-            "tiled_attention: torch.func.vmap is not supported (the block loop updates its "
-            "running state in place); tiled_attention takes any number of leading batch "
-            "axes, so call it on the batched tensors directly, or use "
-            "scaled_dot_product_attention, which supports vmap")
     guard = attention_guard(q, k, v, shape)
     work = torch.float32 if is_low_precision(q) else q.dtype
     qw, kw, vw = q.to(work), k.to(work), v.to(work)     # no copies unless the dtype changes
     if guard.v_factor is not None:
         vw = vw / guard.v_factor
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if guard.vmapped or guard.transformed:
+        # torch.func (vmap, grad, jacrev, jvp, jacfwd) and forward-mode AD: the same
+        # block loop without in-place updates, which the transforms differentiate and
+        # batch like any other torch code
+        out, lse = _tiled_out_of_place(qw, kw, vw, mask, shape, block_size)
+        lse = lse.detach()
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
+                                      v.requires_grad):
         out, lse = _tiled_function().apply(qw, kw, vw, mask, shape, block_size)
     else:
         state = _tiled_state(qw * shape.scale, kw.transpose(-1, -2), vw, mask, shape,
@@ -244,6 +246,43 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
     if guard.v_factor is not None:
         out = out * guard.v_factor
     return out.to(q.dtype), lse
+
+
+def _tiled_out_of_place(q: Any, k: Any, v: Any, mask: Any, shape: Any,
+                        block_size: int) -> tuple[Any, Any]:
+    """``(out, lse)`` by the block loop of :func:`_tiled_state`, every step out of place.
+
+    For torch's transforms and for a second derivative: plain differentiable operations
+    (``where`` keeps every unused branch finite, so no gradient is NaN). Each block's
+    scores are still formed one at a time, but autograd keeps what it needs of each for
+    the backward pass, so this path has the reference's memory, not tiling's.
+    """
+    import torch
+
+    batch, n_q, n_k, d_v = shape.batch, shape.n_q, shape.n_k, shape_of(v)[-1]
+    allowed, rows, cols, neg_inf = _block_setup(q, mask, shape)
+    qs, kt = q * shape.scale, k.transpose(-1, -2)
+    m = q.new_full(batch + (n_q, 1), float("-inf"))
+    total = q.new_zeros(batch + (n_q, 1))
+    acc = q.new_zeros(batch + (n_q, d_v))
+    for j0 in range(0, n_k, block_size):
+        j1 = min(j0 + block_size, n_k)
+        s = qs @ kt[..., j0:j1]
+        keep = _block_mask(allowed, shape.causal, rows, cols, 0, j0, j1)
+        if keep is not None:
+            s = torch.where(keep, s, neg_inf)
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        alpha = torch.exp(m - shift)                   # 0 while no key was seen
+        p = torch.exp(s - shift)
+        total = alpha * total + p.sum(dim=-1, keepdim=True)
+        acc = alpha * acc + p @ v[..., j0:j1, :]
+        m = m_new
+    seen = total > 0
+    safe = torch.where(seen, total, torch.ones_like(total))
+    out = torch.where(seen, acc / safe, torch.zeros_like(acc))
+    lse = torch.where(seen, m + torch.log(safe), torch.full_like(m, float("-inf")))
+    return out, lse
 
 
 def _transpose(x: Any) -> Any:
@@ -338,6 +377,11 @@ def _tiled_function() -> Any:
         @staticmethod
         def backward(ctx, grad_out, _grad_lse):
             q, k, v, mask, out, lse = ctx.saved_tensors
+            if torch.is_grad_enabled():
+                # create_graph=True: the gradient must itself be differentiable. The block
+                # loop below updates in place, so differentiate the out-of-place loop
+                # instead (a second derivative has the reference's memory).
+                return _differentiable_backward(ctx, q, k, v, mask, grad_out)
             dq, dk, dv, _, _ = _tiled_backward(q, k, v, mask, ctx.shape, ctx.block_size,
                                                out, lse, grad_out)
             return (dq if ctx.needs_input_grad[0] else None,
@@ -346,3 +390,21 @@ def _tiled_function() -> Any:
 
     _FUNCTION = TiledAttentionFunction
     return _FUNCTION
+
+
+def _differentiable_backward(ctx: Any, q: Any, k: Any, v: Any, mask: Any,
+                             grad_out: Any) -> tuple[Any, ...]:
+    """The backward pass of tiled attention as a function autograd can differentiate
+    again (for ``create_graph=True``, double backward, ``gradgradcheck``)."""
+    import torch
+
+    wanted = [x for x, need in zip((q, k, v), ctx.needs_input_grad[:3]) if need]
+    with torch.enable_grad():
+        out, _ = _tiled_out_of_place(q, k, v, mask, ctx.shape, ctx.block_size)
+        grads = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True,
+                                         allow_unused=True))
+    found = [next(grads) if need else None for need in ctx.needs_input_grad[:3]]
+    found = [torch.zeros_like(x) if need and g is None else g
+             for x, need, g in zip((q, k, v), ctx.needs_input_grad[:3], found)]
+    return (*found, None, None, None)
+

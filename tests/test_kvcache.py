@@ -257,3 +257,28 @@ def test_one_step_uses_the_fused_kernel_without_a_mask(monkeypatch):
     seen.clear()
     ac.decode(p, x)
     assert seen == [(True, False, True)] * 4
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 1])
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 5])
+def test_decode_is_differentiable_for_every_chunk_size(n_kv_heads, chunk_size):
+    # each step's append used to overwrite what autograd saved of the step before
+    params = ac.init_multihead(8, 2, n_kv_heads=n_kv_heads, seed=1, backend="torch",
+                               dtype=torch.float64)
+    x0 = torch.from_numpy(np.random.default_rng(2).standard_normal((2, 5, 8)))
+    grads = []
+    for run in (lambda x: ac.decode(params, x, chunk_size=chunk_size),
+                lambda x: ac.multi_head_attention(params, x, causal=True)):
+        x = x0.clone().requires_grad_(True)
+        leaves = [x, params.w_q, params.w_k, params.w_v, params.w_o]
+        for w in leaves[1:]:
+            w.requires_grad_(True)
+        out = run(x)
+        grads.append(torch.autograd.grad((out ** 2).sum(), leaves))
+        for w in leaves[1:]:
+            w.requires_grad_(False)
+    for got, expected in zip(*grads):
+        assert float((got - expected).abs().max()) < 1e-12
+    x = x0.clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda a: ac.decode(params, a, chunk_size=chunk_size),
+                                    (x[:1, :3],))

@@ -503,14 +503,38 @@ def test_vmap_over_attention(kw):
     torch.testing.assert_close(got, expected)
 
 
-def test_vmap_over_tiled_attention_says_what_to_do_instead():
+@pytest.mark.parametrize("kw", [{}, {"causal": True}, {"mask": "padding"}])
+def test_vmap_over_tiled_attention(kw):
     from torch.func import vmap
 
-    q = torch.randn(3, 5, 4)
-    with pytest.raises(NotImplementedError, match=r"tiled_attention: torch.func.vmap is not "
-                                                  r"supported .* call it on the batched "
-                                                  r"tensors directly"):
-        vmap(lambda x: ac.tiled_attention(x, x, x))(q)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    if kw.get("mask"):
+        mask = torch.from_numpy(ac.padding_mask([5, 2, 4], 5))[:, None]
+        got = vmap(lambda a, b, c, m: ac.tiled_attention(a, b, c, mask=m, block_size=2))(
+            q, k, v, mask)
+        expected = ac.scaled_dot_product_attention(q, k, v, mask=mask)
+    else:
+        got = vmap(lambda a, b, c: ac.tiled_attention(a, b, c, block_size=2, **kw))(q, k, v)
+        expected = ac.scaled_dot_product_attention(q, k, v, **kw)
+    torch.testing.assert_close(got, expected)
+
+
+def test_the_backward_by_hand_names_the_transforms_it_refuses():
+    from torch.func import grad, vmap
+
+    q = torch.randn(3, 5, 4, dtype=torch.float64)
+    out, lse = ac.tiled_attention(q, q, q, return_lse=True)
+
+    def backward(x):
+        return ac.tiled_attention_backward(x, q, q, torch.ones_like(out), out=out,
+                                           lse=lse)[0]
+    with pytest.raises(NotImplementedError, match=r"tiled_attention_backward: torch.func "
+                                                  r"transforms \(grad, jacrev, jvp, jacfwd\)"):
+        grad(lambda x: backward(x).sum())(q)
+    with pytest.raises(NotImplementedError, match=r"torch.func.vmap is not supported"):
+        vmap(lambda a, o, s, d: ac.tiled_attention_backward(a, a, a, d, out=o, lse=s))(
+            q, out, lse, torch.ones_like(out))
 
 
 def test_grad_transform_over_attention_keeps_the_checks():

@@ -364,6 +364,108 @@ def test_gradcheck_float64(kw):
         lambda a, b, c: tiled_attention(a, b, c, block_size=3, **kw), (q, k, v))
 
 
+# --- beyond the first derivative: double backward and torch.func -------------------------------
+
+_KINDS = [{}, {"causal": True}, {"mask": "random"}, {"mask": "random", "causal": True},
+          {"scale": -0.6}]
+
+
+def _inputs(kw, seed=3, shape=(2,), n_q=5, n_k=6):
+    rng = np.random.default_rng(seed)
+    q, k, v = to_torch(*qkv(rng, shape, n_q, n_k, 3, 2))
+    kw = dict(kw)
+    if kw.get("mask") == "random":
+        m = rng.random(shape + (n_q, n_k)) > 0.5
+        m[..., 1, :] = False                       # a query with no admissible key
+        m[..., 2, 0] = True
+        kw["mask"] = torch.from_numpy(m)
+    return q, k, v, kw
+
+
+def _reference(kw):
+    # attncore's own arithmetic (return_weights), differentiable to any order
+    return lambda a, b, c: scaled_dot_product_attention(a, b, c, return_weights=True,
+                                                        **kw)[0]
+
+
+@pytest.mark.parametrize("kw", _KINDS)
+def test_gradgradcheck_float64(kw):
+    q, k, v, kw = _inputs(kw)
+    leaves = [x.requires_grad_(True) for x in (q, k, v)]
+    assert torch.autograd.gradgradcheck(
+        lambda a, b, c: tiled_attention(a, b, c, block_size=2, **kw), leaves)
+
+
+@pytest.mark.parametrize("kw", _KINDS)
+def test_double_backward_equals_the_reference(kw):
+    q, k, v, kw = _inputs(kw, seed=5)
+    results = []
+    for fn in (lambda a, b, c: tiled_attention(a, b, c, block_size=4, **kw), _reference(kw)):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out = fn(*leaves)
+        dq, dk, dv = torch.autograd.grad((out ** 2).sum(), leaves, create_graph=True)
+        second = torch.autograd.grad((dq ** 2).sum() + (dk * dv.sum()).sum() + dv.sum(),
+                                     leaves)
+        results.append([dq, dk, dv, *second])
+    for got, expected in zip(*results):
+        assert max_err(got.detach(), expected.detach()) < 1e-12
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "jvp", "jacfwd", "vmap",
+                                       "forward_ad", "hessian"])
+@pytest.mark.parametrize("kw", _KINDS[:4])
+def test_torch_func_transforms_equal_the_reference(transform, kw):
+    import torch.autograd.forward_ad as fwAD
+    from torch import func
+
+    q, k, v, kw = _inputs(kw, seed=7)
+    tangent = torch.from_numpy(np.random.default_rng(8).standard_normal(tuple(q.shape)))
+
+    def run(f):
+        g = lambda x: f(x, k, v)                    # noqa: E731
+        if transform == "grad":
+            return func.grad(lambda x: (g(x) ** 2).sum())(q)
+        if transform == "jacrev":
+            return func.jacrev(g)(q)
+        if transform == "jacfwd":
+            return func.jacfwd(g)(q)
+        if transform == "hessian":
+            return func.hessian(lambda x: (g(x) ** 2).sum())(q)
+        if transform == "jvp":
+            return func.jvp(g, (q,), (tangent,))[1]
+        if transform == "vmap":
+            m = kw.get("mask")
+            extra = {} if m is None else {"mask": m[:, None].expand(-1, 2, -1, -1)}
+            return func.vmap(lambda a, b, c, **e: f(a, b, c, **e), in_dims=(1, 1, 1))(
+                *(x[:, None].expand(-1, 2, -1, -1).clone() for x in (q, k, v)))
+        with fwAD.dual_level():
+            return fwAD.unpack_dual(g(fwAD.make_dual(q, tangent))).tangent
+
+    got = run(lambda a, b, c: tiled_attention(a, b, c, block_size=2, **kw))
+    expected = run(_reference(kw))
+    assert got.shape == expected.shape
+    assert max_err(got, expected) < 1e-12
+
+
+def test_the_fused_reference_works_under_forward_mode_transforms():
+    # the value guard reads torch's norms of wrapped tensors (it used to call .numpy() on
+    # them), and forward derivatives go through attncore's arithmetic, not the fused kernel
+    from torch import func
+
+    q, k, v, _ = _inputs({}, seed=9)
+    t = torch.ones_like(q)
+    f = lambda x: scaled_dot_product_attention(x, k, v, causal=True)   # noqa: E731
+    got = func.jvp(f, (q,), (t,))[1]
+    expected = func.jvp(_reference({"causal": True}), (q, k, v), (t, torch.zeros_like(k),
+                                                                  torch.zeros_like(v)))[1]
+    assert max_err(got, expected) < 1e-12
+    assert func.jacfwd(f)(q).shape == (2, 5, 2, 2, 5, 3)
+    bad = q.clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"q: expected finite values"):
+        func.jvp(f, (bad,), (t,))
+
+
 def test_gradient_reaches_only_the_inputs_that_ask():
     q, k, v = (torch.randn(5, 3, dtype=torch.float64) for _ in range(3))
     k.requires_grad_(True)
