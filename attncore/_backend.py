@@ -33,12 +33,23 @@ def is_torch_tensor(x: Any) -> bool:
 
 def _kind(name: str, x: Any) -> str:
     if isinstance(x, np.ndarray):
+        if isinstance(x, (np.matrix, np.ma.MaskedArray)):
+            raise TypeError(f"{name}: expected a numpy.ndarray, got "
+                            f"{_SUBCLASSES[isinstance(x, np.matrix)]}; convert it with "
+                            f"np.asarray({name})")
         return NUMPY
     if is_torch_tensor(x):
         return TORCH
     raise TypeError(
         f"{name}: expected a numpy.ndarray or a torch.Tensor, got {type(x).__name__}"
     )
+
+
+_SUBCLASSES = {
+    True: "a numpy.matrix (always 2-D, and its * is a matrix product)",
+    False: "a numpy.ma.MaskedArray (attncore would ignore its mask; attention takes a "
+           "boolean 'may attend' mask= instead)",
+}
 
 
 def backend_of(**arrays: Any) -> str:
@@ -78,9 +89,12 @@ def dtype_name(x: Any) -> str:
 
 
 def is_floating(x: Any) -> bool:
+    """A floating dtype attncore computes in: float16, float32 or float64 (NumPy), and
+    bfloat16 too (torch). Not NumPy's longdouble (its precision depends on the platform,
+    and torch has none), not torch's 8-bit floats (no matrix products on most devices)."""
     if isinstance(x, np.ndarray):
-        return x.dtype.kind == "f"
-    return bool(x.dtype.is_floating_point)
+        return x.dtype.kind == "f" and x.dtype.itemsize <= 8
+    return bool(x.dtype.is_floating_point) and x.dtype.itemsize >= 2
 
 
 def is_bool(x: Any) -> bool:
@@ -190,8 +204,21 @@ def check_floating(name: str, x: Any) -> None:
     if not is_floating(x):
         raise TypeError(
             f"{name}: expected a floating dtype (float16, bfloat16, float32 or float64), "
-            f"got {dtype_name(x)}"
+            f"got {dtype_name(x)}{_unsupported_float(x)}"
         )
+
+
+def _unsupported_float(x: Any) -> str:
+    """Why a floating dtype that is not one of attncore's is refused (for a message)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "f":
+            return (" (NumPy's longdouble, whose precision depends on the platform and "
+                    "which torch lacks: cast to float64)")
+        return ""
+    if x.dtype.is_floating_point:
+        return (" (an 8-bit float, which has no matrix product on most devices: cast to "
+                "float16 or bfloat16, and back)")
+    return ""
 
 
 def check_min_rank(name: str, x: Any, rank: int, layout: str) -> None:
@@ -431,11 +458,12 @@ def _fast_path(q: Any, k: Any, v: Any, mask: Any, causal: Any, scale: Any,
             not (scale is None or (type(scale) is float and math.isfinite(scale))):
         return None
     if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:
-        if q.dtype.kind != "f":
+        if q.dtype.kind != "f" or q.dtype.itemsize > 8:
             return None
         backend = NUMPY
     elif is_torch_tensor(q) and is_torch_tensor(k) and is_torch_tensor(v):
-        if not q.dtype.is_floating_point or not q.device == k.device == v.device:
+        if not q.dtype.is_floating_point or q.dtype.itemsize < 2 or \
+                not q.device == k.device == v.device:
             return None
         backend = TORCH
     else:

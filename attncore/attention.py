@@ -44,7 +44,9 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     ----------
     q : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_k)``
         Queries, one per row, of a floating dtype (float16, float32, float64; bfloat16 on
-        torch). ``d_k >= 1``.
+        torch). ``d_k >= 1``. NumPy's longdouble (platform-dependent, absent from torch)
+        and torch's 8-bit floats (no matrix products on most devices) are refused, and so
+        are ``numpy.matrix`` and masked arrays (use ``np.asarray`` and ``mask=``).
     k : same library and dtype as ``q``, shape ``(..., n_k, d_k)``
         Keys, one per row; same ``d_k`` as ``q``. ``n_k = 0`` is allowed (see Returns).
     v : same library and dtype as ``q``, shape ``(..., n_k, d_v)``
@@ -82,7 +84,8 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     Raises
     ------
     TypeError
-        Mixed NumPy/torch inputs, a non-floating or mismatched dtype, a non-boolean mask,
+        Mixed NumPy/torch inputs, a non-floating, unsupported (longdouble, 8-bit) or
+        mismatched dtype, a ``numpy.matrix`` or masked array, a non-boolean mask,
         a flag that is not ``True`` or ``False``, a scale that is not a real scalar.
     ValueError
         Rank below 2, ``d_k = 0``, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and

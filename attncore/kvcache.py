@@ -301,6 +301,15 @@ def _check_cache(cache: Any, params: MultiHeadParams, x: Any) -> None:
                          f"capacity")
 
 
+def _check_self_attention(params: Any) -> None:
+    if not isinstance(params, MultiHeadParams):
+        raise TypeError(f"params: expected a MultiHeadParams (see init_multihead), got "
+                        f"{type(params).__name__}")
+    if params.d_kv != params.d_model:
+        raise ValueError(f"params: expected a self-attention layer (d_kv == d_model) to "
+                         f"decode, got d_kv={params.d_kv}, d_model={params.d_model}")
+
+
 def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
     """One step of cached decoding through a causal multi-head self-attention layer.
 
@@ -335,12 +344,7 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
         another layout, library or dtype, or without room. On any error the cache is
         left as it was.
     """
-    if not isinstance(params, MultiHeadParams):
-        raise TypeError(f"params: expected a MultiHeadParams (see init_multihead), got "
-                        f"{type(params).__name__}")
-    if params.d_kv != params.d_model:
-        raise ValueError(f"params: expected a self-attention layer (d_kv == d_model) to "
-                         f"decode, got d_kv={params.d_kv}, d_model={params.d_model}")
+    _check_self_attention(params)
     layer = _check_layer(params, x, None, None, False, names=("x", "x"))
     _check_cache(cache, params, x)
     n_new = layer.n_q
@@ -428,6 +432,7 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     :func:`~attncore.multi_head_attention` with ``causal=True`` needs far less memory.
     """
     chunk_size = check_size("chunk_size", chunk_size)
+    _check_self_attention(params)          # before x is measured against params.d_kv
     layer = _check_layer(params, x, None, None, False, names=("x", "x"))
     n = layer.n_q
     if cache is None:

@@ -54,7 +54,7 @@ def _lengths_to_numpy(lengths: Any) -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"lengths: expected shape (batch,) (1 dimension), got shape "
                          f"{shape_of(arr)} with {arr.ndim}")
-    return arr.astype(np.int64, copy=False)
+    return arr
 
 
 def padding_mask(lengths: Any, n_k: int, *, n_q: int | None = None, like: Any = None,
@@ -114,11 +114,14 @@ def padding_mask(lengths: Any, n_k: int, *, n_q: int | None = None, like: Any = 
         raise TypeError(f"like: expected a numpy.ndarray or a torch.Tensor, got "
                         f"{type(like).__name__}")
     lens = _lengths_to_numpy(lengths)
+    # Compared in their own dtype: a uint64 length above 2**63 would wrap to a negative
+    # int64, and the message would quote a number the caller never passed.
     bad = np.flatnonzero((lens < 0) | (lens > n_k))
     if bad.size:
         b = int(bad[0])
         raise ValueError(f"lengths: expected every length in [0, n_k] = [0, {n_k}], got "
                          f"lengths[{b}] = {int(lens[b])}")
+    lens = lens.astype(np.int64, copy=False)                # in [0, n_k]: exact
 
     positions = np.arange(n_k)[None, :]
     if side == "right":

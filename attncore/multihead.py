@@ -237,8 +237,9 @@ def init_multihead(d_model: int, num_heads: int, *, n_kv_heads: int | None = Non
     seed : int, default 0
         Seed of the draw, ``>= 0``.
     dtype : NumPy floating dtype or torch.dtype, default numpy.float64
-        A NumPy dtype (``np.float32``, ``np.float64``, ...) for either backend, or a
-        ``torch.dtype`` for the torch backend.
+        A NumPy dtype (``np.float16``, ``np.float32`` or ``np.float64``) for either
+        backend, or a ``torch.dtype`` (``torch.bfloat16`` too) for the torch backend.
+        NumPy's longdouble and torch's 8-bit floats are refused (``TypeError``).
     backend : {"numpy", "torch"}, default "numpy"
     device : torch.device or str, optional
         Where torch tensors are placed.
@@ -308,8 +309,9 @@ def _numpy_float_dtype(dtype: Any, backend: str) -> Any:
         if backend == NUMPY:
             raise TypeError(f"dtype: expected a NumPy floating dtype for backend='numpy', "
                             f"got {dtype}")
-        if not dtype.is_floating_point:
-            raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
+        if not dtype.is_floating_point or dtype.itemsize < 2:
+            raise TypeError(f"dtype: expected torch.float16, torch.bfloat16, torch.float32 "
+                            f"or torch.float64, got {dtype}")
         return np.dtype(np.float32) if dtype == torch.bfloat16 else \
             np.dtype(str(dtype).replace("torch.", ""))
     try:
@@ -590,7 +592,7 @@ def params_from_torch(mha: Any) -> MultiHeadParams:
     ----------
     mha : torch.nn.MultiheadAttention
         Built with ``batch_first=True`` (attncore's layout, ``(batch, n, d)``), without
-        ``add_bias_kv`` or ``add_zero_attn``, and with ``kdim == vdim``.
+        ``add_bias_kv`` or ``add_zero_attn``, with ``dropout=0.0`` and ``kdim == vdim``.
 
     Returns
     -------
@@ -618,6 +620,11 @@ def params_from_torch(mha: Any) -> MultiHeadParams:
     if mha.add_zero_attn:
         raise ValueError("mha: add_zero_attn=True appends a zero key/value that attncore's "
                          "MultiHeadParams cannot hold; expected add_zero_attn=False")
+    if mha.dropout:
+        raise ValueError(f"mha: dropout={mha.dropout} drops random attention weights in "
+                         f"training, which attncore's MultiHeadParams cannot hold; expected "
+                         f"dropout=0.0 (an evaluation-time layer computes the same without "
+                         f"it: build it with dropout=0.0 and copy the weights)")
     if mha.kdim != mha.vdim:
         raise ValueError(f"mha: expected kdim == vdim (attncore takes keys and values from one "
                          f"input x_kv), got kdim={mha.kdim}, vdim={mha.vdim}")

@@ -23,7 +23,9 @@ def softmax(x: Any, axis: int = -1) -> Any:
     Parameters
     ----------
     x : numpy.ndarray or torch.Tensor, shape ``(...)`` with at least one axis
-        Logits, of a floating dtype (float16, float32, float64; bfloat16 on torch).
+        Logits, of a floating dtype (float16, float32, float64; bfloat16 on torch; NumPy's
+        longdouble and torch's 8-bit floats are refused). A NumPy subclass whose meaning
+        differs (``numpy.matrix``, a masked array) is refused too.
         Entries equal to ``-inf`` get probability 0: this is how masked keys are
         excluded. NaN and ``+inf`` are rejected.
     axis : int, default -1

@@ -449,3 +449,15 @@ def test_mean_pool_errors_name_the_argument(backend):
                   to_backend(np.ones((3, 4), dtype=bool), backend))
     with pytest.raises(TypeError, match="cannot mix"):
         mean_pool(np.zeros((2, 3, 4)), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_minilm_arguments_are_named_like_everywhere_else(model):
+    with pytest.raises(TypeError, match=r"dtype: expected numpy.float32 or numpy.float64, "
+                                        r"got torch.float32"):
+        MiniLM.load(dtype=torch.float32)
+    texts = ["attention is a soft lookup", "the keys are matched"]
+    together = model.encode(texts, batch_size=np.int64(2))
+    one_by_one = model.encode(texts, batch_size=np.int32(1))
+    assert np.abs(together - one_by_one).max() < 1e-5
+    with pytest.raises(ValueError, match=r"batch_size: expected a positive integer"):
+        model.encode(texts, batch_size=np.bool_(True))

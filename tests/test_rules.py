@@ -593,3 +593,78 @@ def test_rope_layer_on_torch_uses_the_fused_kernel_and_zero_keys():
     out = ac.rope_multi_head_attention(p, x, mask=mask)
     expected = (p.b_o.expand(5, 8) if p.b_o is not None else torch.zeros(5, 8))
     torch.testing.assert_close(out, expected)      # no admissible key: zero heads, then W_O
+
+
+# --- the unclear errors an outside attack found (issue 29): each names its argument ------------
+
+def _float8():
+    return torch.randn(3, 4).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: ac.scaled_dot_product_attention(np.matrix(np.ones((3, 4))), np.ones((3, 4)),
+                                             np.ones((3, 4))),
+     TypeError, "q: expected a numpy.ndarray, got a numpy.matrix (always 2-D, and its * is "
+                "a matrix product); convert it with np.asarray(q)"),
+    (lambda: ac.tiled_attention(np.ones((3, 4)), np.ma.masked_array(np.ones((3, 4))),
+                                np.ones((3, 4))),
+     TypeError, "k: expected a numpy.ndarray, got a numpy.ma.MaskedArray (attncore would "
+                "ignore its mask"),
+    (lambda: ac.softmax(np.ma.masked_array(np.ones(3), mask=[0, 1, 0])),
+     TypeError, "x: expected a numpy.ndarray, got a numpy.ma.MaskedArray"),
+    (lambda: ac.scaled_dot_product_attention(_float8(), _float8(), _float8()),
+     TypeError, "q: expected a floating dtype (float16, bfloat16, float32 or float64), got "
+                "float8_e4m3fn (an 8-bit float"),
+    (lambda: ac.tiled_attention(_float8(), _float8(), _float8()),
+     TypeError, "q: expected a floating dtype (float16, bfloat16, float32 or float64), got "
+                "float8_e4m3fn"),
+    (lambda: ac.softmax(torch.zeros(3).to(torch.float8_e5m2)),
+     TypeError, "x: expected a floating dtype (float16, bfloat16, float32 or float64), got "
+                "float8_e5m2"),
+    (lambda: ac.scaled_dot_product_attention(*(np.ones((3, 4), np.longdouble),) * 3),
+     TypeError, "q: expected a floating dtype (float16, bfloat16, float32 or float64), got "
+                f"{np.dtype(np.longdouble).name} (NumPy's longdouble"),
+    (lambda: ac.softmax(np.ones(3, np.longdouble)),
+     TypeError, "(NumPy's longdouble, whose precision depends on the platform"),
+    (lambda: ac.KVCache(3, (2,), 4, dtype=torch.float8_e4m3fn, backend="torch"),
+     TypeError, "dtype: expected torch.float16, torch.bfloat16, torch.float32 or "
+                "torch.float64, got torch.float8_e4m3fn"),
+    (lambda: ac.init_multihead(8, 2, dtype=torch.float8_e4m3fn, backend="torch"),
+     TypeError, "dtype: expected torch.float16, torch.bfloat16, torch.float32 or "
+                "torch.float64, got torch.float8_e4m3fn"),
+    (lambda: ac.init_multihead(8, 2, dtype=np.longdouble),
+     TypeError, "dtype: expected float16, float32 or float64, got "
+                f"{np.dtype(np.longdouble).name}"),
+    (lambda: ac.decode(ac.init_multihead(8, 2, d_kv=6), np.zeros((3, 8))),
+     ValueError, "params: expected a self-attention layer (d_kv == d_model) to decode, got "
+                 "d_kv=6, d_model=8"),
+    (lambda: ac.rope(torch.randn(5, 0)),
+     ValueError, "x: expected a positive even last axis d (RoPE rotates pairs of features), "
+                 "got shape (5, 0) with d=0"),
+    (lambda: ac.padding_mask(np.array([2**64 - 1], dtype=np.uint64), 4),
+     ValueError, "lengths: expected every length in [0, n_k] = [0, 4], got lengths[0] = "
+                 "18446744073709551615"),
+    (lambda: ac.params_from_torch(torch.nn.MultiheadAttention(8, 2, dropout=0.1,
+                                                              batch_first=True)),
+     ValueError, "mha: dropout=0.1 drops random attention weights in training, which "
+                 "attncore's MultiHeadParams cannot hold; expected dropout=0.0"),
+])
+def test_unclear_errors_name_the_argument(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    assert words in str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_what_is_refused_is_not_refused_when_it_is_plain():
+    # the same values as a plain array, an unsigned length in range, and half precision
+    # (float16, bfloat16) are accepted
+    x = np.ones((3, 4))
+    assert ac.scaled_dot_product_attention(np.asarray(np.matrix(x)), x, x).shape == (3, 4)
+    assert ac.padding_mask(np.array([3], dtype=np.uint64), 4).tolist() == \
+        [[[True, True, True, False]]]
+    for dtype in (torch.float16, torch.bfloat16):
+        q = torch.randn(3, 4).to(dtype)
+        assert ac.tiled_attention(q, q, q).dtype == dtype
+

@@ -9,6 +9,7 @@ sentence-transformers computes it for this model.
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -76,8 +77,13 @@ class MiniLM:
         ``dtype`` (``np.float32``, as trained, or ``np.float64``) is the precision that the
         forward pass computes in.
         """
-        if np.dtype(dtype) not in (np.float32, np.float64):
-            raise TypeError(f"dtype: expected numpy.float32 or numpy.float64, got {dtype!r}")
+        try:
+            found = np.dtype(dtype)
+        except TypeError:                 # a torch.dtype, a string NumPy does not know
+            found = None
+        if found not in (np.float32, np.float64):
+            raise TypeError(f"dtype: expected numpy.float32 or numpy.float64, got {dtype!r}"
+                            f" ({type(dtype).__name__})")
         path = default_model_dir() if model_dir is None else Path(model_dir)
         if not (path / "model.safetensors").is_file():
             raise FileNotFoundError(f"model_dir: expected a folder with model.safetensors, "
@@ -156,8 +162,11 @@ class MiniLM:
         """
         texts = _check_texts(texts)
         _check_backend(backend, device)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        # (any integer, NumPy's included, as everywhere in attncore; a bool is a slip)
+        if isinstance(batch_size, (bool, np.bool_)) or \
+                not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        batch_size = int(batch_size)
         check_score_scale(score_scale)
         ablate = check_ablate(ablate, self.config)
         rows = []
