@@ -155,7 +155,7 @@ def transform_running() -> bool:
     imported: the caller holds a tensor)."""
     torch = sys.modules["torch"]
     return torch._C._functorch.peek_interpreter_stack() is not None or \
-        getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
+        torch.autograd.forward_ad._current_level >= 0
 
 
 def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
@@ -171,13 +171,13 @@ def attention_guard(q: Any, k: Any, v: Any, shape: AttentionShape, *,
     transformed = False
     if shape.backend != "numpy":
         torch = sys.modules["torch"]
-        if torch._C._functorch.peek_interpreter_stack() is not None and \
-                under_vmap(q, k, v):
+        stack = torch._C._functorch.peek_interpreter_stack()
+        if stack is not None and under_vmap(q, k, v):
             return VMAPPED
         # Under grad, jvp and the like the tensors are wrapped and have no memory that
         # NumPy could read: their norms are computed by torch (and read as numbers, which
         # these transforms allow).
-        transformed = transform_running()
+        transformed = stack is not None or torch.autograd.forward_ad._current_level >= 0
         if not transformed and q.is_cpu and q.dtype.itemsize > 2 and \
                 not (q.requires_grad or k.requires_grad or v.requires_grad) \
                 and q.is_contiguous() and k.is_contiguous() and v.is_contiguous():
