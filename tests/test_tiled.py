@@ -411,6 +411,13 @@ def test_double_backward_equals_the_reference(kw):
         assert max_err(got.detach(), expected.detach()) < 1e-12
 
 
+# (forward-mode AD scripts a helper with torch.jit.script on first use, which PyTorch 2.13
+# reports as deprecated: PyTorch's warning about itself, not attncore's)
+_JIT_WARNING = pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+
+
+@_JIT_WARNING
 @pytest.mark.parametrize("transform", ["grad", "jacrev", "jvp", "jacfwd", "vmap",
                                        "forward_ad", "hessian"])
 @pytest.mark.parametrize("kw", _KINDS[:4])
@@ -447,6 +454,7 @@ def test_torch_func_transforms_equal_the_reference(transform, kw):
     assert max_err(got, expected) < 1e-12
 
 
+@_JIT_WARNING
 def test_the_fused_reference_works_under_forward_mode_transforms():
     # the value guard reads torch's norms of wrapped tensors (it used to call .numpy() on
     # them), and forward derivatives go through attncore's arithmetic, not the fused kernel
