@@ -29,10 +29,10 @@ passed only when a property needs it), with
 
 * ``q`` of shape ``(*batch, n_q, d_k)``, ``k`` of shape ``(*batch, n_k, d_k)`` and ``v``
   of shape ``(*batch, n_k, d_v)``: NumPy arrays (or CPU torch tensors with
-  ``backend="torch"``), float64 for most properties and float32 (float16 if you claim
-  it, see ``dtypes``) for ``preserves_dtype``, ``batch`` being ``batch_shape`` (``(2,
-  3)`` by default: batch and heads; pass ``()`` for a function written for single
-  sequences). Square (``n_q = n_k``) and non-square inputs, with ``n_q < n_k`` and
+  ``backend="torch"``), float64 for most properties and float32 too (float16 if you
+  claim it, see ``dtypes``) for ``preserves_dtype`` and ``inputs_unchanged``, ``batch``
+  being ``batch_shape`` (``(2, 3)`` by default: batch and heads; pass ``()`` for a
+  function written for single sequences). Square (``n_q = n_k``) and non-square inputs, with ``n_q < n_k`` and
   ``n_q > n_k``, and several widths ``d_k`` and ``d_v``, whatever keywords ``fn`` takes;
 * ``mask`` a boolean array of exactly the scores' shape ``(*batch, n_q, n_k)``,
   ``True`` meaning "query i may attend to key j";
