@@ -60,6 +60,12 @@ class SoftmaxState(NamedTuple):
     The empty state ``(-inf, 0, 0)`` is the identity of :func:`merge_softmax_states`. All
     three arrays share one library, device and floating dtype.
 
+    Only the states some scores produce are accepted by the functions that take one: a
+    row with ``max = -inf`` saw no key, so its ``sum`` is 0 and its ``out`` zeros; a row
+    with a finite ``max`` has ``sum >= 1`` (the key that attains the maximum adds
+    ``exp(0) = 1``); ``max`` is never NaN or ``+inf``, ``sum`` and ``out`` are finite.
+    Anything else is a ``ValueError`` naming the part and the row, on NumPy and torch.
+
     Attributes
     ----------
     max : array, shape ``(..., n_q, 1)``
@@ -320,7 +326,7 @@ def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
         Malformed states, states of different shapes, NaN or ``+inf`` maxima, negative or
         non-finite sums, non-finite outputs, and the states no scores can produce: a
         row with ``max = -inf`` and a non-zero ``sum`` or ``out``, or a finite ``max``
-        with ``sum < 1`` (see the module's description).
+        with ``sum < 1`` (see :class:`SoftmaxState`).
     """
     _check_state("a", a)
     _check_state("b", b)

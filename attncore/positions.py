@@ -226,7 +226,7 @@ def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
         heads, n, d)``. A shape in between, ``(batch, n)`` for that ``x``, is refused:
         broadcasting from the right would line the batch up with the heads (a wrong
         answer when ``batch == heads``), so write ``positions[:, None]``. Its last axis
-        is always ``n``. (The rule of :func:`check_positions`, the same as for masks.)
+        is always ``n``. (The same rule as for the masks of attention.)
     base : float
         A finite number greater than 1; 10000 in RoFormer and LLaMA 1 and 2.
 
