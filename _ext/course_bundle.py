@@ -39,13 +39,13 @@ FROM_REQUIREMENTS = ("torch", "jupyterlab", "jupyterlab-myst")
 DATE = (2026, 1, 1, 0, 0, 0)
 
 
-def _readme() -> str:
+def _readme(first: str) -> str:
     return (
         "Attention, from the proof up: every chapter as a notebook, and attncore, the "
         "course's package.\n"
         "In this folder, in a fresh virtual environment: pip install -r requirements.txt "
         f"(for torch's CPU build, first: pip install torch --index-url {TORCH_CPU_INDEX}).\n"
-        "Then run jupyter lab here and open 00_how_to_use.ipynb.\n")
+        f"Then run jupyter lab here and open {first}.\n")
 
 
 def _requirements(root: Path, wheel: str, extras: str) -> str:
@@ -107,7 +107,7 @@ def build_bundle(root: Path, out: Path) -> Path:
         # (chapter 10's real model needs `pretrained`).
         extras = ",".join(_helper(root).MODULES)
         files = {
-            "README.txt": _readme().encode(),
+            "README.txt": _readme(chapters[0].name).encode(),
             "requirements.txt": _requirements(root, wheel.name, extras).encode(),
             wheel.name: wheel.read_bytes(),
             HELPER: (root / "chapters" / HELPER).read_bytes(),
