@@ -254,4 +254,98 @@ def test_no_placeholder_repository_and_no_dead_buttons(site):
     assert downloads, "the site offers no notebook to download"
     for nb in downloads:
         named = re.findall(r'REPOSITORY = \\"(.*?)\\"', nb.read_text())
-        assert named == [url], f"{nb.name} names {named}, _config.yml names {url!r}"
+        assert named == ([url] if url else []), f"{nb.name} names {named}, _config.yml {url!r}"
+
+
+# --- the course bundle, and the site with a repository named ------------------------------------
+
+BUNDLE = "course/attention-course.zip"
+# (test_no_placeholder_repository_and_no_dead_buttons checks that the build without a
+# repository, the committed default, shows none of them)
+LAUNCH_BUTTONS = ("dropdown-launch-buttons", "btn-source-repository-button",
+                  "btn-source-issues-button", "mybinder.org", "colab.research.google.com")
+
+
+def _chapter_pages(site: Path) -> list[Path]:
+    from test_book_structure import NOTEBOOKS
+
+    return [site / "chapters" / f"{nb.stem}.html" for nb in NOTEBOOKS]
+
+
+def _check_the_bundle(site: Path, root: Path) -> None:
+    """The bundle is published at BUNDLE with every chapter as ``root`` stores it, and linked
+    (by a relative address, so that it works from disk) from the front page and from the
+    download menu of every chapter; the set-up cell is on no page."""
+    import zipfile
+
+    bundle = site / BUNDLE
+    assert bundle.is_file(), f"no course bundle at {BUNDLE}"
+    with zipfile.ZipFile(bundle) as zf:
+        names = zf.namelist()
+        for nb in sorted((root / "chapters").glob("*.ipynb")):
+            assert zf.read(f"attention-course/{nb.name}") == nb.read_bytes(), nb.name
+    for name in ("README.txt", "requirements.txt", "_course_setup.py"):
+        assert f"attention-course/{name}" in names, name
+    assert [n for n in names if re.fullmatch(r"attention-course/attncore-[^/]+\.whl", n)]
+    pages = [site / "index.html", *_chapter_pages(site)]
+    for page in pages:
+        text = page.read_text()
+        links = re.findall(r'href="([^"]*attention-course\.zip)"', text)
+        assert links, f"{page.relative_to(site)} does not link the course bundle"
+        for link in links:
+            assert (page.parent / link).resolve() == bundle.resolve(), (page.name, link)
+        if page.name != "index.html":
+            assert "download-course-bundle-button" in text, page.name
+        assert "_course_setup" not in text and _notebook_setup().MARKER not in text, page.name
+
+
+def test_the_course_bundle_is_published_and_linked(site):
+    _check_the_bundle(site, ROOT)
+
+
+@pytest.fixture(scope="module")
+def site_with_repository(tmp_path_factory) -> tuple[Path, Path, str]:
+    """The book built from a copy of this checkout in which `scripts/set-repository` named a
+    repository: the build a fork's GitHub Pages workflow makes (the one extra build)."""
+    import os
+    import shutil
+    import sys
+
+    url = "https://github.com/someone/attention-fork"
+    copy = tmp_path_factory.mktemp("with-repository") / "course"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+    for name in filter(None, listed.stdout.split(b"\0")):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            (copy / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, copy / os.fsdecode(name))
+    proc = subprocess.run([sys.executable, str(copy / "scripts" / "set-repository"), url],
+                          cwd=copy, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The flags of scripts/build-book, whose set-up the copy would repeat.
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    proc = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "--all",
+                           "--warningiserror", "--keep-going", "--quiet", str(copy)],
+                          cwd=copy, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=1500)
+    if proc.returncode != 0:
+        pytest.fail(f"the book build with a repository failed:\n{proc.stdout[-6000:]}")
+    return copy / "_build" / "html", copy, url
+
+
+def test_with_a_repository_every_chapter_has_launch_buttons_and_the_bundle(site_with_repository):
+    site, copy, url = site_with_repository
+    owner_repo = "/".join(url.split("/")[-2:])
+    for page in _chapter_pages(site):
+        text = page.read_text()
+        shown = [b for b in LAUNCH_BUTTONS if b in text]
+        assert shown == list(LAUNCH_BUTTONS), f"{page.name} shows only {shown}"
+        assert f"mybinder.org/v2/gh/{owner_repo}/" in text, page.name
+        assert f"colab.research.google.com/github/{owner_repo}/blob/" in text, page.name
+        assert f'href="{url}"' in text, page.name
+    _check_the_bundle(site, copy)
+    # The notebooks of the site and of the bundle install from the repository when alone.
+    for nb in (site / "_sources" / "chapters").glob("*.ipynb"):
+        assert f'REPOSITORY = \\"{url}\\"' in nb.read_text(), nb.name
+
