@@ -92,9 +92,9 @@ class RandomFeatures:
     --------
     >>> import numpy as np
     >>> from attncore import RandomFeatures
-    >>> phi = RandomFeatures(2, 100_000, seed=0, scale=1.0)
+    >>> phi = RandomFeatures(2, 100_000, seed=1, scale=1.0)
     >>> q, k = np.array([[0.5, 0.0]]), np.array([[0.4, 0.3]])
-    >>> round(float(phi(q) @ phi(k).T), 2), round(float(np.exp(q @ k.T)), 2)
+    >>> round((phi(q) @ phi(k).T).item(), 2), round(np.exp(q @ k.T).item(), 2)
     (1.22, 1.22)
     """
 
