@@ -20,8 +20,11 @@ Both take torch tensors, use the default process group or ``group`` (gloo on the
 NCCL on GPUs), and return the calling rank's shard of the same result that
 :func:`attncore.scaled_dot_product_attention` computes on the whole sequence. Every rank
 must call them with shards of the same shape, dtype and flags; this is checked with one
-small all-gather, so that a mismatch is the same ``ValueError`` on every rank rather than
-a rank waiting forever.
+small all-gather, so that a mismatch, or a NaN on one rank, is the same ``ValueError`` on
+every rank rather than a rank waiting forever. (An argument that a rank refuses on its
+own, a NumPy array say, raises there before any message is sent; the other ranks then
+fail when the process group's timeout expires.) float16 and bfloat16 inputs are computed,
+and sent, in float32.
 
 :func:`record` counts, in the calling process, the bytes these functions send and the
 scores they compute, which is how the chapter measures communication and load balance.
