@@ -8,7 +8,7 @@ order. Everything is bounded in time: the group's own timeout makes a rank that 
 a message that never comes fail, and the caller's deadline terminates every process that
 is still alive. Whatever happens, no process outlives the call.
 
-Processes are forked where the system can fork (Linux): a forked child starts in
+Processes are forked on Linux: a forked child starts in
 milliseconds, where a fresh interpreter must import torch again (seconds). Elsewhere they
 are spawned, and ``fn`` must then be importable (a module's top-level function).
 """
@@ -20,6 +20,7 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 import socket
+import sys
 import time
 import traceback
 from typing import Any, Callable
@@ -97,7 +98,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size: expected a positive integer, got {world_size!r}")
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    # fork only where it is safe with threads running in the parent (Linux); macOS lists
+    # fork too, but its system libraries may not survive it
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
     ctx = mp.get_context(method)
     results = ctx.Queue()
     port = free_port()
