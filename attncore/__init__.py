@@ -23,6 +23,13 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   a causal layer one token at a time with cached keys and values, and the
   :func:`bottom_right_causal_mask` of new queries against them
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``linear_attention.py`` -- :func:`linear_attention` and :func:`linear_attention_step`:
+  a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
+  length, causal as a recurrent network; :class:`RandomFeatures` (Performer's estimate
+  of the softmax kernel)
+* ``distributed.py``   -- :func:`~attncore.distributed.ring_attention` and
+  :func:`~attncore.distributed.ulysses_attention`: attention over a sequence sharded
+  across the processes of a ``torch.distributed`` group
 * ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
   :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
   the order of the tokens
@@ -79,6 +86,18 @@ from .tiled import tiled_attention
 # decoding with a KV cache (after multihead, which it builds on)
 from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step
 
+# linear attention: a kernel in place of the softmax, computed in time linear in n
+from .linear_attention import (
+    LinearAttentionState,
+    RandomFeatures,
+    linear_attention,
+    linear_attention_step,
+)
+
+# attention over a sequence sharded across processes (torch.distributed), built on the
+# online-softmax state above
+from . import distributed  # noqa: E402
+
 # a real pretrained model computed with the core above (imports no optional library)
 from . import pretrained
 
@@ -117,4 +136,8 @@ __all__ = [
     "bottom_right_causal_mask",
     "decode",
     "decode_step",
+    "LinearAttentionState",
+    "RandomFeatures",
+    "linear_attention",
+    "linear_attention_step",
 ]
