@@ -418,3 +418,14 @@ def test_production_talk_check_catches_what_it_should():
         assert MACHINERY.search(bad), bad
     for fine in ("the test set", "not tested here", "a glued joint", "the authors of GPT-2"):
         assert not MACHINERY.search(fine), fine
+
+
+def test_jupyterlab_renders_myst_wherever_the_course_installs_it():
+    # ./scripts/lab (requirements.txt) and Binder (binder/requirements.txt) get JupyterLab with
+    # jupyterlab-myst, at a JupyterLab it works with: under 4.6 it conflicts on @jupyter/ydoc
+    # and no markdown renders at all.
+    for path in (ROOT / "requirements.txt", ROOT / "binder" / "requirements.txt"):
+        text = path.read_text()
+        assert re.search(r"^jupyterlab-myst==2\.7\.0\s*$", text, re.M), f"{path}: no jupyterlab-myst"
+        assert re.search(r"^jupyterlab>=4\.5,<4\.6\s*$", text, re.M), \
+            f"{path}: JupyterLab must be pinned to 4.5 for jupyterlab-myst 2.7.0"
