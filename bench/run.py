@@ -146,7 +146,7 @@ def run_cpu(quick: bool, rounds: int, log) -> dict:
 
 
 def training_figures(s: dict, figure) -> None:
-    for d_model, layers, n, batch in s["training"]:
+    for d_model, layers, n, batch in s.get("training", []):
         figure("training", f"training step, attncore LM vs torch.nn, d={d_model}, "
                f"{layers} blocks, N={n}, batch {batch}", measure.training_step, d_model,
                layers, n, batch)
