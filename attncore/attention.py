@@ -138,7 +138,7 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
                                    enable_gqa=enable_gqa)
     return_weights = check_flag("return_weights", return_weights)
-    drop = check_dropout(dropout_p, generator, shape.backend)
+    drop = check_dropout(dropout_p, generator, shape.backend, like=q)
     return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape),
                   drop)
 

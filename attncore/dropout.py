@@ -36,8 +36,10 @@ class Dropout(NamedTuple):
     generator: Any
 
 
-def check_dropout(dropout_p: Any, generator: Any, backend: str) -> Dropout | None:
-    """Check ``dropout_p`` and ``generator`` for inputs of ``backend``.
+def check_dropout(dropout_p: Any, generator: Any, backend: str,
+                  like: Any = None) -> Dropout | None:
+    """Check ``dropout_p`` and ``generator`` for inputs of ``backend`` (and, for torch,
+    on the device of the tensor ``like``, if given).
 
     Returns ``None`` when ``dropout_p == 0`` (nothing to do; the generator is still
     checked), else a :class:`Dropout`.
@@ -49,7 +51,8 @@ def check_dropout(dropout_p: Any, generator: Any, backend: str) -> Dropout | Non
         slip), or ``generator`` is not a ``numpy.random.Generator`` (NumPy inputs) or a
         ``torch.Generator`` (torch inputs).
     ValueError
-        ``dropout_p`` outside ``[0, 1)`` (``p = 1`` would zero everything and divide by 0).
+        ``dropout_p`` outside ``[0, 1)`` (``p = 1`` would zero everything and divide by 0);
+        a ``torch.Generator`` on another device than ``like``.
     """
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"dropout_p: expected a real number in [0, 1), got {dropout_p!r} "
@@ -69,6 +72,11 @@ def check_dropout(dropout_p: Any, generator: Any, backend: str) -> Dropout | Non
                 raise TypeError(f"generator: expected a torch.Generator for torch inputs "
                                 f"(torch.Generator().manual_seed(seed)), got "
                                 f"{type(generator).__name__}")
+            if like is not None and generator.device.type != like.device.type:
+                raise ValueError(f"generator: expected a torch.Generator on the inputs' "
+                                 f"device {like.device.type} (torch.Generator(device="
+                                 f"{like.device.type!r})), got one on "
+                                 f"{generator.device.type}")
     return None if p == 0.0 else Dropout(p, generator)
 
 
@@ -96,7 +104,7 @@ def dropout(x: Any, p: Any = 0.5, *, generator: Any = None) -> Any:
 
     backend = backend_of(x=x)
     check_floating("x", x)
-    found = check_dropout(p, generator, backend)
+    found = check_dropout(p, generator, backend, like=x)
     return x if found is None else apply_dropout(x, found)
 
 

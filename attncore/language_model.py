@@ -209,7 +209,8 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
         Row ``t`` scores the token that follows ``ids[..., t]``, from ``ids[..., :t+1]``.
     """
     ids = _check_ids(model, ids, "ids")
-    drop = check_dropout(dropout_p, generator, model.backend)
+    drop = check_dropout(dropout_p, generator, model.backend,
+                         like=None if model.backend == NUMPY else model.tok_emb)
     n = ids.shape[-1]
     h = model.tok_emb[ids] + model.pos_emb[:n]
     if drop is not None:
@@ -312,7 +313,8 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
             return np.zeros(batch)
         if torch is None:
             return generator.random(batch)
-        return torch.rand(batch, generator=generator, dtype=torch.float64).numpy()
+        return torch.rand(batch, generator=generator, dtype=torch.float64,
+                          device=generator.device).cpu().numpy()
 
     tokens = np.asarray(ids.cpu() if torch is not None else ids)
     grad = torch.no_grad() if torch is not None else None

@@ -505,7 +505,7 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     """
     return_weights = check_flag("return_weights", return_weights)
     layer = _check_layer(params, x_q, x_kv, mask, causal)
-    drop = check_dropout(dropout_p, generator, params.backend)
+    drop = check_dropout(dropout_p, generator, params.backend, like=x_q)
     q, k, v = _project_heads(params, layer, x_q)
     return _attend_heads(params, layer, q, k, v, mask, return_weights, drop)
 

@@ -415,7 +415,7 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
                                    enable_gqa=enable_gqa)
     block_size = check_size("block_size", block_size)
     return_lse = check_flag("return_lse", return_lse)
-    if check_dropout(dropout_p, generator, shape.backend) is not None:
+    if check_dropout(dropout_p, generator, shape.backend, like=q) is not None:
         raise NotImplementedError(
             f"tiled_attention: dropout_p={float(dropout_p)!r} is not supported (its backward "
             f"pass recomputes the weights block by block and would need the same dropout "

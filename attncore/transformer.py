@@ -416,7 +416,7 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
         :class:`TransformerBlockParams`; a bad ``dropout_p`` or generator.
     """
     _check_block(params, x)
-    drop = check_dropout(dropout_p, generator, params.backend)
+    drop = check_dropout(dropout_p, generator, params.backend, like=x)
     p = params
 
     def attention(h: Any) -> Any:

@@ -114,3 +114,11 @@ def test_tiled_attention_refuses_dropout_clearly():
     with pytest.raises(NotImplementedError, match="tiled_attention: dropout_p=0.1 is not "
                                                   "supported"):
         ac.tiled_attention(q, k, v, dropout_p=0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_generator_on_another_device_is_refused():
+    q, k, v = (torch.randn(4, 8, device="cuda") for _ in range(3))
+    with pytest.raises(ValueError, match="generator: expected a torch.Generator on the "
+                                         "inputs' device cuda"):
+        ac.scaled_dot_product_attention(q, k, v, dropout_p=0.1, generator=torch.Generator())
