@@ -307,14 +307,14 @@ def load_checkpoint(path: Any, dtype: Any = None) -> tuple[LanguageModel, LMConf
 
 
 CHECKPOINT = "capstone_lm.safetensors"
-"""The file name of the shipped checkpoint, in ``attncore/lab/data/``."""
+"""The file name of the shipped checkpoint, next to this module."""
 
 
 def shipped_checkpoint() -> Any:
     """The path of the checkpoint that ``scripts/train_capstone.py`` wrote."""
     from pathlib import Path
 
-    return Path(__file__).resolve().parent / "data" / CHECKPOINT
+    return Path(__file__).resolve().parent / CHECKPOINT
 
 
 # --- the same model in torch.nn ---------------------------------------------------------------
