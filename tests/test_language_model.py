@@ -83,12 +83,22 @@ def test_checkpoint_round_trip_and_the_safetensors_format(tmp_path):
     assert set(load_file(str(path))) == set(lab.read_safetensors(path)[0])
 
 
-def test_shipped_checkpoint_is_reproduced_by_its_script():
+def test_shipped_checkpoint_is_reproduced_by_its_script(tmp_path, capsys):
     """The first steps of scripts/train_capstone.py's run give the losses the shipped file
     stores (float64 training: equal to far more digits than any chapter prints)."""
+    import importlib.util
+    from pathlib import Path
+
     _, config, losses = lab.load_checkpoint(lab.shipped_checkpoint())
     assert config == lab.CAPSTONE_CONFIG and len(losses) == config.steps
-    _, first = lab.train_language_model(config, stop_step=3)
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_capstone.py"
+    spec = importlib.util.spec_from_file_location("train_capstone", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "first_steps.safetensors"
+    assert script.main(["--steps", "3", "--out", str(out)]) == 0
+    _, config3, first = lab.load_checkpoint(out)
+    assert config3 == config and len(first) == 3
     np.testing.assert_allclose(first, losses[:3], rtol=1e-9)
 
 
