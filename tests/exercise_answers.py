@@ -175,6 +175,18 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
+    # --- chapter 11, the whole transformer (11_the_whole_transformer.ipynb) ----------------
+    "ex-capstone-gpt2-parameters": Answers(
+        right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
+                                " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
+        wrong={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
+                                " + 4 * 768) + 2 * 50257 * 768 + 1024 * 768 + 2 * 768"}),
+    "ex-capstone-crossover": Answers(
+        right={"my_n": "2 * 768 + 3072"},
+        wrong={"my_n": "4 * 768 + 2 * 3072"}),
+    "ex-capstone-cache-work": Answers(
+        right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
+        wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
     # --- chapter 12, beyond one device, beyond softmax (12_beyond_one_device.ipynb) -----
     "ex-beyond-bytes": Answers(
         right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},
