@@ -135,8 +135,8 @@ ANSWERS: dict[str, Answers] = {
                "z": "np.array([3 * math.exp(-1), 2.4]) / (1.5 * math.exp(-1) + 1.2)"},
         # the classic bug: the output not rescaled by alpha when the maximum grows
         wrong={"o_merged": "[3.0, 2.4]"}),
-    "ex-tiled-budget": Answers(right={"n_answer": "92_617"},
-                               wrong={"n_answer": "92_618"}),      # one token too many
+    "ex-tiled-budget": Answers(right={"h_answer": "39"},
+                               wrong={"h_answer": "40"}),      # rounded up: one head too many
     "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
                                    wrong={"my_stall": "65504"}),   # overflow, not the stall
     # --- end of chapter 7 -----------------------------------------------------------------
