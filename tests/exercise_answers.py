@@ -153,16 +153,17 @@ ANSWERS: dict[str, Answers] = {
     # --- end of chapter 8 -----------------------------------------------------------------
     # --- chapter 9, attention at inference (09_inference.ipynb) -----------------------------
     "ex-inference-cache-size": Answers(
-        right={"my_bytes_gqa": "2 * 80 * 8 * 128 * 4096 * 2 * 16",
-               "my_bytes_mha": "2 * 80 * 64 * 128 * 4096 * 2 * 16"},
-        wrong={"my_bytes_gqa": "80 * 8 * 128 * 4096 * 2 * 16"}),     # keys only
+        right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
+               "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
+        # the batch forgotten: the context one sequence alone could have
+        wrong={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2)"}),
     "ex-inference-batch": Answers(
         right={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 4096 * 2)"},
         # the window forgotten: a cache of all 8192 positions per sequence
         wrong={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 8192 * 2)"}),
     "ex-inference-intensity": Answers(
-        right={"my_intensity": "2 * (64 / 8) / 2", "my_queries": "37"},
-        wrong={"my_intensity": "2 / 2"}),        # multi-head attention's, not the group's
+        right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
+        wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
     # --- end of chapter 9 -----------------------------------------------------------------
     # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
