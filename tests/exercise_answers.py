@@ -109,8 +109,8 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
-    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 4 ** (128 / 126)"},
-                                    wrong={"my_base": "40000"}),
+    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 8 ** (64 / 62)"},
+                                    wrong={"my_base": "80000"}),
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
     "ex-mha-count": Answers(
         right={"ex1_parameters": "4 * 768**2 + 4 * 768",
