@@ -22,6 +22,14 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``kvcache.py``       -- :class:`KVCache`, :func:`decode_step` and :func:`decode`: decoding
   a causal layer one token at a time with cached keys and values, and the
   :func:`bottom_right_causal_mask` of new queries against them
+* ``paged.py``         -- :class:`BlockPool` and :class:`PagedKVCache`: the cache in
+  fixed-size blocks with a block table per sequence (vLLM's paged attention)
+* ``quantized_cache.py`` -- :class:`Int8KVCache`: keys and values as int8 with a scale per
+  token or per channel, and the error bound it keeps
+* ``mla.py``           -- multi-head latent attention (DeepSeek-V2): :func:`init_mla`,
+  :func:`mla`, :func:`absorbed_weights`, :func:`mla_decode`
+* ``speculative.py``   -- :func:`speculative_accept`, the rejection rule of speculative
+  sampling
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
   :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
@@ -77,7 +85,13 @@ from .online_softmax import (
 from .tiled import tiled_attention
 
 # decoding with a KV cache (after multihead, which it builds on)
-from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step
+from .kvcache import BaseKVCache, KVCache, bottom_right_causal_mask, decode, decode_step
+
+# what today's LLMs serve with: other cache layouts, latent attention, speculative sampling
+from .paged import BlockPool, PagedKVCache
+from .quantized_cache import Int8KVCache
+from .mla import MLAParams, absorbed_weights, init_mla, mla, mla_decode
+from .speculative import speculative_accept
 
 # a real pretrained model computed with the core above (imports no optional library)
 from . import pretrained
@@ -113,8 +127,18 @@ __all__ = [
     "rope",
     "rope_multi_head_attention",
     "sinusoidal_positions",
+    "BaseKVCache",
     "KVCache",
     "bottom_right_causal_mask",
     "decode",
     "decode_step",
+    "BlockPool",
+    "PagedKVCache",
+    "Int8KVCache",
+    "MLAParams",
+    "absorbed_weights",
+    "init_mla",
+    "mla",
+    "mla_decode",
+    "speculative_accept",
 ]
