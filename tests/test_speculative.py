@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 import attncore as ac
 from attncore.lab.serving import (
     CharNgram,
     SHIPPED_TEXT,
+    chi_square_test,
     counts_of,
     markov_sequences,
     speculative_generate,
@@ -54,14 +54,14 @@ def test_monte_carlo_speculative_samples_follow_the_target(gamma):
                             rng=np.random.default_rng(2))
     counts = counts_of(seqs, V)
     p = chain_probabilities(3)
-    assert stats.chisquare(counts, p * counts.sum()).pvalue > 1e-3
+    assert chi_square_test(counts, p)[1] > 1e-3
     # and not the draft's distribution
     q = np.ones(1)
     prev = np.zeros(1, dtype=int)
     for _ in range(3):
         q = (q[:, None] * DRAFT[prev]).ravel()
         prev = np.tile(np.arange(V), len(prev))
-    assert stats.chisquare(counts, q * counts.sum()).pvalue < 1e-12
+    assert chi_square_test(counts, q)[1] < 1e-12
 
 
 def test_the_test_catches_a_sampler_that_skips_the_residual(monkeypatch):
@@ -82,7 +82,7 @@ def test_the_test_catches_a_sampler_that_skips_the_residual(monkeypatch):
     seqs = markov_sequences(TARGET, DRAFT, start=0, length=3, count=5000, gamma=2,
                             rng=np.random.default_rng(2))
     counts = counts_of(seqs, V)
-    assert stats.chisquare(counts, chain_probabilities(3) * counts.sum()).pvalue < 1e-6
+    assert chi_square_test(counts, chain_probabilities(3))[1] < 1e-6
 
 
 def test_expected_tokens_per_call_with_constant_acceptance():
@@ -179,3 +179,12 @@ def test_ngram_models_speculate_and_stay_reproducible():
                              rng=np.random.default_rng(0))
     assert a == b and len(a.tokens) == 60 and a.target_calls < 60
     assert np.isclose(target([0, 1, 2]).sum(), 1.0)
+
+
+def test_chi_square_test_agrees_with_the_textbook_values():
+    # df = 1: P(chi2 > 3.841) = 0.05; df = 63: P(chi2 > 63) is close to 1/2
+    counts = np.array([60, 40])
+    stat, p = chi_square_test(counts, np.array([0.5, 0.5]))
+    assert stat == 4.0 and abs(p - 0.0455) < 1e-4
+    with pytest.raises(ValueError, match="probabilities"):
+        chi_square_test(counts, np.array([1.0, 0.0]))

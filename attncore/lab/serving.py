@@ -7,6 +7,8 @@ with, and the measurements of paged and quantized caches.
   target call, and by speculative sampling with :func:`attncore.speculative_accept`
 * :func:`markov_sequences` -- many short sequences from a Markov chain, sampled either way,
   for a Monte Carlo check of the output distribution
+* :func:`counts_of`, :func:`chi_square_test` -- Pearson's goodness-of-fit test of those
+  samples against the target's probabilities
 * :func:`block_usage` -- slots reserved by a contiguous allocator and by a paged one for a
   workload of sequence lengths
 * :func:`keys_with_outlier_channels`, :func:`int8_errors` -- keys shaped like a trained
@@ -27,7 +29,7 @@ from ..speculative import speculative_accept
 from .sentences import DETERMINER_SENTENCES, RETRIEVAL_PAIRS
 
 __all__ = ["SHIPPED_TEXT", "BlockUsage", "CharNgram", "Int8Errors", "SpeculativeRun",
-           "block_usage", "counts_of", "int8_errors", "keys_with_outlier_channels", "markov_sequences",
+           "block_usage", "chi_square_test", "counts_of", "int8_errors", "keys_with_outlier_channels", "markov_sequences",
            "sample_autoregressive", "speculative_generate"]
 
 #: The course's hand-written sentences, lower-cased, one text (about 2200 characters).
@@ -174,19 +176,18 @@ def block_usage(lengths: Sequence[int], *, max_length: int, block_size: int) -> 
     ``max_length`` slots per sequence (the length is not known in advance), and with
     :class:`attncore.PagedKVCache` on one pool; count the slots each reserves.
 
-    The paged count comes from real caches filled token by token (keys and values of
-    width 1), not from a formula.
+    The paged count comes from real caches (keys and values of width 1), each filled
+    with its sequence in one append (a prompt; token-by-token appends take the same
+    blocks), not from a formula.
     """
     total_blocks = sum(math.ceil(n / block_size) for n in lengths) + 1
     pool = BlockPool(total_blocks, block_size, (), 1)
     caches = []
-    one = np.zeros((1, 1))
     for n in lengths:
         if n > max_length:
             raise ValueError(f"lengths: expected at most max_length={max_length}, got {n}")
         cache = PagedKVCache(pool, max_length=max_length)
-        for _ in range(n):
-            cache.append(one, one)
+        cache.append(np.zeros((n, 1)), np.zeros((n, 1)))
         caches.append(cache)
     used = sum(lengths)
     return BlockUsage(used, max_length * len(lengths), pool.num_used * block_size,
@@ -243,3 +244,28 @@ def counts_of(sequences: np.ndarray, vocab: int) -> np.ndarray:
     codes = sequences @ (vocab ** np.arange(length - 1, -1, -1))
     counter = Counter(codes.tolist())
     return np.array([counter.get(i, 0) for i in range(vocab ** length)], dtype=np.int64)
+
+
+def chi_square_test(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, float]:
+    """Pearson's chi-square test of ``counts`` against ``probabilities`` (every one > 0).
+
+    Returns the statistic ``sum((counts - N p)^2 / (N p))`` and its p-value, the
+    probability that a chi-square variable with ``len(counts) - 1`` degrees of freedom
+    exceeds it: ``Q(df / 2, statistic / 2)``, the regularized upper incomplete gamma
+    function (``torch.special.gammaincc``).
+    """
+    import torch
+
+    counts = np.asarray(counts, dtype=np.float64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if counts.shape != probabilities.shape or counts.ndim != 1 or len(counts) < 2:
+        raise ValueError(f"counts, probabilities: expected two 1-D arrays of one length "
+                         f">= 2, got shapes {counts.shape} and {probabilities.shape}")
+    if not (probabilities > 0).all() or not np.isclose(probabilities.sum(), 1.0):
+        raise ValueError("probabilities: expected positive numbers summing to 1")
+    expected = counts.sum() * probabilities
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    df = len(counts) - 1
+    p = torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                torch.tensor(statistic / 2, dtype=torch.float64))
+    return statistic, float(p)
