@@ -57,7 +57,7 @@ class Int8KVCache(BaseKVCache):
         As in :class:`~attncore.KVCache` (for a layer ``x.shape[:-2] + (n_kv_heads,)``).
     d_k : int
     d_v : int, optional
-        Default ``d_k``.
+        ``>= 1``, default ``d_k``.
     key_scale : {"token", "channel"}, default "token"
         "token": one scale per position and row (over its ``d_k`` channels). "channel":
         one scale per channel over each group of ``group_size`` positions; the last,
@@ -96,7 +96,8 @@ class Int8KVCache(BaseKVCache):
                             f"{batch_shape!r} ({type(batch_shape).__name__})")
         self.batch_shape = tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
         self.d_k = check_size("d_k", d_k)
-        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v, minimum=0)
+        # a scale is the largest magnitude of its group: a value needs at least one number
+        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v)
         if key_scale not in ("token", "channel"):
             raise ValueError(f"key_scale: expected 'token' or 'channel', got {key_scale!r}")
         self.key_scale = key_scale

@@ -167,6 +167,7 @@ def test_int8_truncate():
     ({"group_size": 0}, ValueError, "group_size"),
     ({"dtype": np.int8}, TypeError, "dtype"),
     ({"backend": "jax"}, ValueError, "backend"),
+    ({"d_v": 0}, ValueError, "d_v"),
 ])
 def test_int8_bad_arguments(kwargs, exc, words):
     with pytest.raises(exc, match=words):
