@@ -35,6 +35,8 @@ def author_year(entry) -> str:
         return f"{entry.fields.get('title', entry.key)}, {year}"
     if len(persons) == 1:
         who = _last_name(persons[0])
+    elif _last_name(persons[-1]) == "others":   # BibTeX's "and others": et al.
+        who = f"{_last_name(persons[0])} et al."
     elif len(persons) == 2:
         who = f"{_last_name(persons[0])} and {_last_name(persons[1])}"
     else:

@@ -31,6 +31,13 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``speculative.py``   -- :func:`speculative_accept`, the rejection rule of speculative
   sampling
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
+* ``linear_attention.py`` -- :func:`linear_attention` and :func:`linear_attention_step`:
+  a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
+  length, causal as a recurrent network; :class:`RandomFeatures` (Performer's estimate
+  of the softmax kernel)
+* ``distributed.py``   -- :func:`~attncore.distributed.ring_attention` and
+  :func:`~attncore.distributed.ulysses_attention`: attention over a sequence sharded
+  across the processes of a ``torch.distributed`` group
 * ``positions.py``     -- :func:`sinusoidal_positions`, :func:`rope` (rotary embeddings), their
   :func:`position_frequencies`, and :func:`rope_multi_head_attention`: how attention is told
   the order of the tokens
@@ -93,6 +100,18 @@ from .quantized_cache import Int8KVCache
 from .mla import MLAParams, absorbed_weights, init_mla, mla, mla_decode
 from .speculative import speculative_accept
 
+# linear attention: a kernel in place of the softmax, computed in time linear in n
+from .linear_attention import (
+    LinearAttentionState,
+    RandomFeatures,
+    linear_attention,
+    linear_attention_step,
+)
+
+# attention over a sequence sharded across processes (torch.distributed), built on the
+# online-softmax state above
+from . import distributed  # noqa: E402
+
 # a real pretrained model computed with the core above (imports no optional library)
 from . import pretrained
 
@@ -132,6 +151,10 @@ __all__ = [
     "bottom_right_causal_mask",
     "decode",
     "decode_step",
+    "LinearAttentionState",
+    "RandomFeatures",
+    "linear_attention",
+    "linear_attention_step",
     "BlockPool",
     "PagedKVCache",
     "Int8KVCache",

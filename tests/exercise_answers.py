@@ -175,6 +175,14 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
+    # --- chapter 12, beyond one device, beyond softmax (12_beyond_one_device.ipynb) -----
+    "ex-beyond-bytes": Answers(
+        right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},
+        wrong={"my_ulysses_gib": "0.875"}),          # counted the outputs' return twice
+    "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
+                                 wrong={"my_ratio": "8"}),   # blocks, not scores
+    "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
+                                  wrong={"my_variance": "30.40"}),   # one feature, m = 1
     # --- chapter 13, attention in today's LLMs (13_attention_in_todays_llms.ipynb) -------
     "ex-llms-left-padding": Answers(
         right={"my_positions": "[[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]",

@@ -1,4 +1,5 @@
-"""attncore's ``glue`` stores exactly what myst-nb's stores, so the book reads it the same."""
+"""attncore's ``glue`` stores exactly what myst-nb's stores, and the check of the prose's numbers
+(scripts/prose_numbers.py) reads what it stores."""
 
 from __future__ import annotations
 
@@ -45,3 +46,23 @@ def test_gluing_does_not_import_nbformat():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
+def test_the_prose_check_reads_what_glue_stores():
+    # scripts/prose_numbers.py compares the numbers written in the prose with the stored
+    # glue outputs: a glued string reads as the string itself (no quotes, as the book showed
+    # it), anything else as its text/plain representation.
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "prose_numbers.py"
+    spec = importlib.util.spec_from_file_location("prose_numbers", path)
+    prose_numbers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prose_numbers)
+
+    cell_outputs = [{"output_type": "display_data", "data": data, "metadata": metadata}
+                    for data, metadata in outputs(glue_module.glue)]
+    stored = prose_numbers.glue_outputs({"cells": [{"cell_type": "code",
+                                                    "outputs": cell_outputs}]})
+    assert stored == {"a-ratio": "1.05", "a-count": "12", "a-float": "0.25",
+                      "a-list": "[1, 2, 3]"}

@@ -172,21 +172,27 @@ def test_the_chapters_have_math_to_check(site):
 
 
 def test_bibliography_labels_read_like_the_citations(site):
-    # A reader who follows "Vaswani et al., 2017" finds an entry labelled the same way.
+    # A reader who looks up "Vaswani et al. (2017)" in a chapter's references, or in the
+    # bibliography, finds an entry labelled the same way, "Vaswani et al., 2017".
     bib = (site / "bibliography.html").read_text()
-    labels = dict(re.findall(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">'
-                             r'<span class="fn-bracket">\[</span>([^<]+)<', bib))
-    assert labels, "no labelled entries in the bibliography"
+    labels = re.findall(r'<div class="citation" id="[^"]+"[^>]*>\s*<span class="label">'
+                        r'<span class="fn-bracket">\[</span>([^<]+)<', bib)
+    labels = {" ".join(html.unescape(label).split()) for label in labels}
+    keys = re.findall(r"^@\w+\{", (ROOT / "references.bib").read_text(), re.M)
+    assert len(labels) == len(keys), \
+        f"the bibliography lists {len(labels)} entries, references.bib holds {len(keys)}"
     checked = 0
-    for page in pages(site):
-        for target, text in re.findall(r'href="(?:\.\./)?bibliography\.html#([^"]+)"[^>]*>'
-                                       r'(.*?)</a>', page.read_text()):
-            # (whitespace normalised: names such as "van de Geijn" use no-break spaces)
-            text = " ".join(re.sub(r"<[^>]+>", "", html.unescape(text)).split())
-            label = " ".join(labels.get(target, "").split())
-            # A textual citation, "Vaswani et al. [2017]", links only its year.
-            assert text == label or label.endswith(f", {text}"), \
-                f"{page.name}: citation {text!r} links to the entry labelled {labels.get(target)!r}"
+    for page in sorted((site / "chapters").glob("*.html")):
+        dom = page.read_text()
+        section = re.search(r'<section id="references">(.*?)</section>', dom, re.S)
+        if not section:
+            continue
+        for item in re.findall(r"<li>(.*?)</li>", section.group(1), re.S):
+            text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", item)).split())
+            m = re.match(r"(.+?) \((\d{4}[a-z]?)\)\. ", text)
+            assert m, f"{page.name}: a reference that does not start with 'Who (year).': {text!r}"
+            assert f"{m.group(1)}, {m.group(2)}" in labels, \
+                f"{page.name}: {m.group(1)} ({m.group(2)}) has no entry labelled so in the bibliography"
             checked += 1
     assert checked >= 10
 
@@ -205,13 +211,16 @@ def _notebook_setup():
 # Paths of the machine that built the site, and words about how it was produced.
 LOCAL_PATH = re.compile(r"(?<![\w.])(/work|/home|/tmp|/root)\b|\.venv\b")
 PRODUCTION = re.compile(r"\b(lent|this task|sessions?)\b", re.I)
+# How the course is made (tests, markers, glue), and roles MyST did not resolve.
+MACHINERY = re.compile(r"\bnbval\b|NBVAL|\bglue\b|test suite|\bpytest\b|in this edition|"
+                       r"\{(?:glue|cite|doc|numref|ref|prf:ref)(?::\w+)?\}`", re.I)
 
 
 def test_the_visible_text_speaks_to_readers(site):
     found = []
     for page in pages(site):
         text = " ".join(visible_text(page.read_text()).split())
-        for pattern in (LOCAL_PATH, PRODUCTION):
+        for pattern in (LOCAL_PATH, PRODUCTION, MACHINERY):
             for m in pattern.finditer(text):
                 context = text[max(0, m.start() - 60):m.end() + 40]
                 found.append(f"{page.relative_to(site)}: ...{context}...")
@@ -221,11 +230,14 @@ def test_the_visible_text_speaks_to_readers(site):
 def test_visible_text_check_catches_what_it_should():
     # Guards the test above against passing vacuously.
     for bad in ("python executable: /work/main/.venv/bin/python", "see /home/me/x",
-                "run .venv/bin/jupyter lab", "no GPU was lent to this task", "this session"):
-        assert LOCAL_PATH.search(bad) or PRODUCTION.search(bad), bad
+                "run .venv/bin/jupyter lab", "no GPU was lent to this task", "this session",
+                "not checked by the test suite", "Every notebook runs as a test (nbval, strict)",
+                "{glue:text}`sqrt-dk-ratio`", "{cite}`ba2016layer`", "not measured in this edition"):
+        assert LOCAL_PATH.search(bad) or PRODUCTION.search(bad) or MACHINERY.search(bad), bad
     for fine in ("https://example.org/home/page", "the square root", "excellent, silent",
                  "./scripts/lab opens JupyterLab"):
         assert not LOCAL_PATH.search(fine) and not PRODUCTION.search(fine), fine
+        assert not MACHINERY.search(fine), fine
 
 
 def test_no_placeholder_repository_and_no_dead_buttons(site):
@@ -254,4 +266,98 @@ def test_no_placeholder_repository_and_no_dead_buttons(site):
     assert downloads, "the site offers no notebook to download"
     for nb in downloads:
         named = re.findall(r'REPOSITORY = \\"(.*?)\\"', nb.read_text())
-        assert named == [url], f"{nb.name} names {named}, _config.yml names {url!r}"
+        assert named == ([url] if url else []), f"{nb.name} names {named}, _config.yml {url!r}"
+
+
+# --- the course bundle, and the site with a repository named ------------------------------------
+
+BUNDLE = "course/attention-course.zip"
+# (test_no_placeholder_repository_and_no_dead_buttons checks that the build without a
+# repository, the committed default, shows none of them)
+LAUNCH_BUTTONS = ("dropdown-launch-buttons", "btn-source-repository-button",
+                  "btn-source-issues-button", "mybinder.org", "colab.research.google.com")
+
+
+def _chapter_pages(site: Path) -> list[Path]:
+    from test_book_structure import NOTEBOOKS
+
+    return [site / "chapters" / f"{nb.stem}.html" for nb in NOTEBOOKS]
+
+
+def _check_the_bundle(site: Path, root: Path) -> None:
+    """The bundle is published at BUNDLE with every chapter as ``root`` stores it, and linked
+    (by a relative address, so that it works from disk) from the front page and from the
+    download menu of every chapter; the set-up cell is on no page."""
+    import zipfile
+
+    bundle = site / BUNDLE
+    assert bundle.is_file(), f"no course bundle at {BUNDLE}"
+    with zipfile.ZipFile(bundle) as zf:
+        names = zf.namelist()
+        for nb in sorted((root / "chapters").glob("*.ipynb")):
+            assert zf.read(f"attention-course/{nb.name}") == nb.read_bytes(), nb.name
+    for name in ("README.txt", "requirements.txt", "_course_setup.py"):
+        assert f"attention-course/{name}" in names, name
+    assert [n for n in names if re.fullmatch(r"attention-course/attncore-[^/]+\.whl", n)]
+    pages = [site / "index.html", *_chapter_pages(site)]
+    for page in pages:
+        text = page.read_text()
+        links = re.findall(r'href="([^"]*attention-course\.zip)"', text)
+        assert links, f"{page.relative_to(site)} does not link the course bundle"
+        for link in links:
+            assert (page.parent / link).resolve() == bundle.resolve(), (page.name, link)
+        if page.name != "index.html":
+            assert "download-course-bundle-button" in text, page.name
+        assert "_course_setup" not in text and _notebook_setup().MARKER not in text, page.name
+
+
+def test_the_course_bundle_is_published_and_linked(site):
+    _check_the_bundle(site, ROOT)
+
+
+@pytest.fixture(scope="module")
+def site_with_repository(tmp_path_factory) -> tuple[Path, Path, str]:
+    """The book built from a copy of this checkout in which `scripts/set-repository` named a
+    repository: the build a fork's GitHub Pages workflow makes (the one extra build)."""
+    import os
+    import shutil
+    import sys
+
+    url = "https://github.com/someone/attention-fork"
+    copy = tmp_path_factory.mktemp("with-repository") / "course"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+    for name in filter(None, listed.stdout.split(b"\0")):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            (copy / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, copy / os.fsdecode(name))
+    proc = subprocess.run([sys.executable, str(copy / "scripts" / "set-repository"), url],
+                          cwd=copy, text=True, capture_output=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The flags of scripts/build-book, whose set-up the copy would repeat.
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    proc = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "--all",
+                           "--warningiserror", "--keep-going", "--quiet", str(copy)],
+                          cwd=copy, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=1500)
+    if proc.returncode != 0:
+        pytest.fail(f"the book build with a repository failed:\n{proc.stdout[-6000:]}")
+    return copy / "_build" / "html", copy, url
+
+
+def test_with_a_repository_every_chapter_has_launch_buttons_and_the_bundle(site_with_repository):
+    site, copy, url = site_with_repository
+    owner_repo = "/".join(url.split("/")[-2:])
+    for page in _chapter_pages(site):
+        text = page.read_text()
+        shown = [b for b in LAUNCH_BUTTONS if b in text]
+        assert shown == list(LAUNCH_BUTTONS), f"{page.name} shows only {shown}"
+        assert f"mybinder.org/v2/gh/{owner_repo}/" in text, page.name
+        assert f"colab.research.google.com/github/{owner_repo}/blob/" in text, page.name
+        assert f'href="{url}"' in text, page.name
+    _check_the_bundle(site, copy)
+    # The notebooks of the site and of the bundle install from the repository when alone.
+    for nb in (site / "_sources" / "chapters").glob("*.ipynb"):
+        assert f'REPOSITORY = \\"{url}\\"' in nb.read_text(), nb.name
+

@@ -4,8 +4,8 @@
 loaded with a checkpoint's weights exactly as stored, in ``nn.Linear``'s ``(out, in)`` layout:
 no attncore code and no attncore conversion is involved, so agreement checks both the forward
 pass and the weight conversion. It imports in about a second (with torch), where
-``transformers`` takes ten or more; the test suite also compares attncore with
-``transformers.BertModel`` and ``sentence_transformers``.
+``transformers`` takes ten or more. attncore agrees, layer by layer, with
+``transformers.BertModel`` and ``sentence_transformers`` as well.
 
 The names map as follows (``encoder.layer.{i}.`` prefix omitted):
 
