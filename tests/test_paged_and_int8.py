@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attncore as ac
 from attncore.lab.serving import block_usage, int8_errors, keys_with_outlier_channels
@@ -189,3 +191,24 @@ def test_a_cache_of_another_library_is_refused():
     with pytest.raises(TypeError, match="cache: expected a KVCache"):
         ac.decode(p, np.zeros((3, 16)), cache=object())
     assert torch.is_tensor(cache.keys)
+
+
+@settings(max_examples=25)
+@given(n=st.integers(1, 12), chunk=st.integers(1, 5), block=st.integers(1, 6),
+       truncate_to=st.integers(0, 12))
+def test_property_paged_equals_contiguous_for_any_blocks_and_steps(n, chunk, block,
+                                                                   truncate_to):
+    p = ac.init_multihead(8, 2, n_kv_heads=1)
+    x = np.random.default_rng(n).standard_normal((n + 3, 8))
+    paged = ac.PagedKVCache(ac.BlockPool(-(-(n + 3) // block), block, (1,), 4))
+    contiguous = ac.KVCache.for_layer(p, n + 3)
+    a = ac.decode(p, x[:n], chunk_size=chunk, cache=paged, rope_base=100.0)
+    b = ac.decode(p, x[:n], chunk_size=chunk, cache=contiguous, rope_base=100.0)
+    assert (a == b).all()
+    keep = min(truncate_to, n)
+    paged.truncate(keep)
+    contiguous.truncate(keep)
+    assert len(paged.block_table) == -(-keep // block)
+    a = ac.decode(p, x[n:], chunk_size=chunk, cache=paged, rope_base=100.0)
+    b = ac.decode(p, x[n:], chunk_size=chunk, cache=contiguous, rope_base=100.0)
+    assert (a == b).all()
