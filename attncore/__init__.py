@@ -29,6 +29,14 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   ``torch.nn.TransformerEncoderLayer``
 * ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits` and :func:`generate`: a
   decoder-only model built from the blocks, sampled through the KV cache
+* ``paged.py``         -- :class:`BlockPool` and :class:`PagedKVCache`: the cache in
+  fixed-size blocks with a block table per sequence (vLLM's paged attention)
+* ``quantized_cache.py`` -- :class:`Int8KVCache`: keys and values as int8 with a scale per
+  token or per channel, and the error bound it keeps
+* ``mla.py``           -- multi-head latent attention (DeepSeek-V2): :func:`init_mla`,
+  :func:`mla`, :func:`absorbed_weights`, :func:`mla_decode`
+* ``speculative.py``   -- :func:`speculative_accept`, the rejection rule of speculative
+  sampling
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``linear_attention.py`` -- :func:`linear_attention` and :func:`linear_attention_step`:
   a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
@@ -91,7 +99,13 @@ from .online_softmax import (
 from .tiled import tiled_attention
 
 # decoding with a KV cache (after multihead, which it builds on)
-from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step
+from .kvcache import BaseKVCache, KVCache, bottom_right_causal_mask, decode, decode_step
+
+# what today's LLMs serve with: other cache layouts, latent attention, speculative sampling
+from .paged import BlockPool, PagedKVCache
+from .quantized_cache import Int8KVCache
+from .mla import MLAParams, absorbed_weights, init_mla, mla, mla_decode
+from .speculative import speculative_accept
 
 # the whole transformer: dropout, the block, a small language model (after kvcache)
 from .dropout import dropout
@@ -153,6 +167,7 @@ __all__ = [
     "rope",
     "rope_multi_head_attention",
     "sinusoidal_positions",
+    "BaseKVCache",
     "KVCache",
     "bottom_right_causal_mask",
     "decode",
@@ -174,4 +189,13 @@ __all__ = [
     "RandomFeatures",
     "linear_attention",
     "linear_attention_step",
+    "BlockPool",
+    "PagedKVCache",
+    "Int8KVCache",
+    "MLAParams",
+    "absorbed_weights",
+    "init_mla",
+    "mla",
+    "mla_decode",
+    "speculative_accept",
 ]

@@ -9,8 +9,11 @@ every position so far, which earlier steps have already computed: keep them, in 
 
 * :class:`KVCache`              -- keys and values per position, appended step by step and
   read as arrays; its memory is allocated once, for a stated capacity
+* :class:`BaseKVCache`          -- what :func:`decode_step` needs of a cache; the paged and
+  the int8 caches (:mod:`attncore.paged`, :mod:`attncore.quantized_cache`) are others
 * :func:`decode_step`           -- one step of a layer: project the new token(s), append
-  their keys and values to the cache, attend to the whole cache
+  their keys and values to the cache, attend to the whole cache; with ``rope_base`` the
+  queries and keys are rotated (RoPE) at their absolute positions, which the cache tracks
 * :func:`decode`                -- a whole sequence through :func:`decode_step`, in chunks
   of ``chunk_size`` tokens; equal to ``multi_head_attention(params, x, causal=True)``
 * :func:`bottom_right_causal_mask` -- the causal mask of new queries against a longer key
@@ -18,6 +21,12 @@ every position so far, which earlier steps have already computed: keep them, in 
 
 All of it works on NumPy arrays and torch tensors, with grouped-query and multi-query
 parameters (the cache then holds ``n_kv_heads`` heads, not ``num_heads``).
+
+Positions. Row ``j`` of a cache holds the key and value of position ``j``: the cache's
+length is the position of the next token, so continuing a cache continues the positions
+and :meth:`KVCache.truncate` rolls them back. With RoPE the cache holds *rotated* keys,
+each rotated at its own position, which later steps never change (a rotation depends on
+its own position only), so caching them is exact.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from ._backend import (
 )
 from ._guard import attention_guard
 from .attention import attend, lower_triangle
+from .positions import _check_base, rope
 from .multihead import (
     MultiHeadParams,
     _check_layer,
@@ -49,10 +59,105 @@ from .multihead import (
     merge_heads,
 )
 
-__all__ = ["KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
+__all__ = ["BaseKVCache", "KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
 
 
-class KVCache:
+class BaseKVCache:
+    """What :func:`decode_step` needs of a cache: the layout, ``append`` and ``truncate``.
+
+    A cache holds, for ``length`` positions, a key of width ``d_k`` and a value of width
+    ``d_v`` per row of ``batch_shape``; row ``j`` is position ``j``. Subclasses decide how
+    the numbers are stored (:class:`KVCache`: one contiguous buffer;
+    :class:`attncore.PagedKVCache`: fixed-size blocks of a shared pool;
+    :class:`attncore.Int8KVCache`: 8-bit integers and scales) and give them back as
+    arrays of the cache's library, device and dtype.
+
+    Attributes
+    ----------
+    capacity : int
+        Positions the cache can hold now (held plus room).
+    batch_shape : tuple of int
+    d_k, d_v : int
+    length : int
+        Positions held (also ``len(cache)``).
+    rope_base : float or None
+        The RoPE base the held keys were rotated with by :func:`decode_step` (None: not
+        rotated); an empty cache takes the next step's.
+    """
+
+    batch_shape: tuple[int, ...]
+    d_k: int
+    d_v: int
+    length: int
+    rope_base: float | None = None
+
+    @property
+    def capacity(self) -> int:               # pragma: no cover - every subclass has one
+        raise NotImplementedError
+
+    @property
+    def keys(self) -> Any:                   # pragma: no cover
+        raise NotImplementedError
+
+    @property
+    def values(self) -> Any:                 # pragma: no cover
+        raise NotImplementedError
+
+    def _like(self) -> Any:                  # pragma: no cover
+        """An array of the cache's library, device and dtype."""
+        raise NotImplementedError
+
+    @property
+    def backend(self) -> str:
+        """``"numpy"`` or ``"torch"``."""
+        return NUMPY if isinstance(self._like(), np.ndarray) else TORCH
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype of the keys and values it gives back."""
+        return self._like().dtype
+
+    def __len__(self) -> int:
+        return self.length
+
+    def append(self, k: Any, v: Any) -> tuple[Any, Any]:     # pragma: no cover
+        raise NotImplementedError
+
+    def truncate(self, length: int) -> None:                 # pragma: no cover
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Empty the cache (``truncate(0)``), to decode another sequence in its memory."""
+        self.truncate(0)
+
+    def _check_kv(self, k: Any, v: Any) -> int:
+        """Check ``k``, ``v`` against the cache's layout; return their ``n``."""
+        backend_of(cache=self._like(), k=k, v=v)
+        for name, x in (("k", k), ("v", v)):
+            if x.dtype != self.dtype:
+                raise TypeError(f"{name}: expected the cache's dtype "
+                                f"{dtype_name(self._like())}, got {dtype_name(x)}")
+        ks, vs = shape_of(k), shape_of(v)
+        b = self.batch_shape
+        for name, xs, d in (("k", ks, "d_k"), ("v", vs, "d_v")):
+            width = getattr(self, d)
+            if len(xs) != len(b) + 2 or xs[:-2] != b or xs[-1] != width:
+                layout = "(" + "".join(f"{i}, " for i in b) + f"n, {width})"
+                raise ValueError(f"{name}: expected shape batch_shape + (n, {d}) = {layout}, "
+                                 f"got {xs}")
+        n = ks[-2]
+        if vs[-2] != n:
+            raise ValueError(f"k and v must hold the same number of positions n: k has shape "
+                             f"{ks} (n={n}), v has shape {vs} (n={vs[-2]})")
+        if self.length + n > self.capacity:
+            raise ValueError(f"k, v: cannot append {n} positions to a "
+                             f"{type(self).__name__} holding {self.length} of its capacity "
+                             f"{self.capacity} (room for {self.capacity - self.length}); "
+                             f"make the cache with a larger capacity")
+        return n
+
+
+class KVCache(BaseKVCache):
     """Keys and values of the positions decoded so far, for one attention layer.
 
     The memory is allocated once, for ``capacity`` positions, when the cache is made:
@@ -110,7 +215,7 @@ class KVCache:
     def __init__(self, capacity: int, batch_shape: tuple[int, ...], d_k: int,
                  d_v: int | None = None, *, dtype: Any = np.float64, backend: str = NUMPY,
                  device: Any = None) -> None:
-        self.capacity = check_size("capacity", capacity, minimum=0)
+        self._capacity = check_size("capacity", capacity, minimum=0)
         if not isinstance(batch_shape, tuple):
             raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
                             f"{batch_shape!r} ({type(batch_shape).__name__})")
@@ -122,8 +227,8 @@ class KVCache:
         if backend == NUMPY and device is not None:
             raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
         np_dtype = _numpy_float_dtype(dtype, backend)
-        k_shape = self.batch_shape + (self.capacity, self.d_k)
-        v_shape = self.batch_shape + (self.capacity, self.d_v)
+        k_shape = self.batch_shape + (self._capacity, self.d_k)
+        v_shape = self.batch_shape + (self._capacity, self.d_v)
         if backend == NUMPY:
             self._k, self._v = np.zeros(k_shape, np_dtype), np.zeros(v_shape, np_dtype)
         else:
@@ -133,6 +238,7 @@ class KVCache:
             self._k = torch.zeros(k_shape, dtype=tdtype, device=device)
             self._v = torch.zeros(v_shape, dtype=tdtype, device=device)
         self.length = 0
+        self.rope_base = None
 
     @classmethod
     def for_layer(cls, params: MultiHeadParams, capacity: int,
@@ -153,6 +259,14 @@ class KVCache:
     # --- reading -------------------------------------------------------------------------
 
     @property
+    def capacity(self) -> int:
+        """Positions the cache can hold (fixed when it is made)."""
+        return self._capacity
+
+    def _like(self) -> Any:
+        return self._k
+
+    @property
     def keys(self) -> Any:
         return self._k[..., :self.length, :]
 
@@ -164,18 +278,6 @@ class KVCache:
     def nbytes(self) -> int:
         return int(self._k.nbytes + self._v.nbytes) if isinstance(self._k, np.ndarray) else \
             (self._k.numel() + self._v.numel()) * self._k.element_size()
-
-    @property
-    def backend(self) -> str:
-        """``"numpy"`` or ``"torch"``."""
-        return NUMPY if isinstance(self._k, np.ndarray) else TORCH
-
-    @property
-    def dtype(self) -> Any:
-        return self._k.dtype
-
-    def __len__(self) -> int:
-        return self.length
 
     def __repr__(self) -> str:
         return (f"KVCache(length={self.length}, capacity={self.capacity}, batch_shape="
@@ -206,28 +308,7 @@ class KVCache:
             A shape other than ``batch_shape + (n, d)``, different ``n`` in ``k`` and ``v``,
             or more positions than the capacity leaves; the cache is then unchanged.
         """
-        backend_of(cache=self._k, k=k, v=v)
-        for name, x in (("k", k), ("v", v)):
-            if x.dtype != self._k.dtype:
-                raise TypeError(f"{name}: expected the cache's dtype {dtype_name(self._k)}, "
-                                f"got {dtype_name(x)}")
-        ks, vs = shape_of(k), shape_of(v)
-        b = self.batch_shape
-        for name, xs, d in (("k", ks, "d_k"), ("v", vs, "d_v")):
-            width = getattr(self, d)
-            if len(xs) != len(b) + 2 or xs[:-2] != b or xs[-1] != width:
-                layout = "(" + "".join(f"{i}, " for i in b) + f"n, {width})"
-                raise ValueError(f"{name}: expected shape batch_shape + (n, {d}) = {layout}, "
-                                 f"got {xs}")
-        n = ks[-2]
-        if vs[-2] != n:
-            raise ValueError(f"k and v must hold the same number of positions n: k has shape "
-                             f"{ks} (n={n}), v has shape {vs} (n={vs[-2]})")
-        if self.length + n > self.capacity:
-            raise ValueError(f"k, v: cannot append {n} positions to a KVCache holding "
-                             f"{self.length} of its capacity {self.capacity} (room for "
-                             f"{self.capacity - self.length}); make the cache with a larger "
-                             f"capacity")
+        n = self._check_kv(k, v)
         start, self.length = self.length, self.length + n
         self._k[..., start:self.length, :] = k
         self._v[..., start:self.length, :] = v
@@ -236,15 +317,18 @@ class KVCache:
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (``0 <= length <= self.length``), as
         when drafted tokens are rejected; the memory stays allocated."""
-        length = check_size("length", length, minimum=0)
-        if length > self.length:
-            raise ValueError(f"length: expected at most the {self.length} positions held, "
-                             f"got {length}")
-        self.length = length
+        self.length = check_truncate(self, length)
 
-    def reset(self) -> None:
-        """Empty the cache (``truncate(0)``), to decode another sequence in its memory."""
-        self.length = 0
+
+def check_truncate(cache: BaseKVCache, length: Any) -> int:
+    """``length`` as an int, ``0 <= length <= cache.length`` (else a clear error)."""
+    length = check_size("length", length, minimum=0)
+    if length > cache.length:
+        raise ValueError(f"length: expected at most the {cache.length} positions held, "
+                         f"got {length}")
+    if length == 0:
+        cache.rope_base = None            # an empty cache holds no rotated keys
+    return length
 
 
 def bottom_right_causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
@@ -280,14 +364,20 @@ def bottom_right_causal_mask(n_q: int, n_k: int, *, like: Any = None) -> Any:
     return lower_triangle(n_q, n_k, n_k - n_q, like)
 
 
-def _check_cache(cache: Any, params: MultiHeadParams, x: Any) -> None:
-    if not isinstance(cache, KVCache):
+def _check_cache(cache: Any, params: MultiHeadParams, x: Any,
+                 rope_base: float | None = None) -> None:
+    if not isinstance(cache, BaseKVCache):
         raise TypeError(f"cache: expected a KVCache (KVCache.for_layer(params, capacity, "
-                        f"batch_shape)), got {type(cache).__name__}")
-    backend_of(cache=cache._k, x=x)
+                        f"batch_shape)) or another BaseKVCache, got {type(cache).__name__}")
+    backend_of(cache=cache._like(), x=x)
     if cache.dtype != x.dtype:
         raise TypeError(f"cache: expected the dtype of x, {dtype_name(x)}, got a cache of "
-                        f"{dtype_name(cache._k)}")
+                        f"{dtype_name(cache._like())}")
+    if cache.length and cache.rope_base != rope_base:
+        held = "unrotated keys" if cache.rope_base is None else \
+            f"keys rotated with rope_base={cache.rope_base}"
+        raise ValueError(f"rope_base: the cache holds {held}, got rope_base={rope_base}; "
+                         f"decode a sequence with one rope_base throughout")
     want = tuple(shape_of(x)[:-2]) + (params.n_kv_heads,)
     if cache.batch_shape != want or cache.d_k != params.d_head or cache.d_v != params.d_head:
         raise ValueError(f"cache: expected batch_shape x.shape[:-2] + (n_kv_heads,) = {want} "
@@ -295,7 +385,8 @@ def _check_cache(cache: Any, params: MultiHeadParams, x: Any) -> None:
                          f"{cache.batch_shape}, d_k={cache.d_k}, d_v={cache.d_v}")
     n_new = shape_of(x)[-2]
     if cache.length + n_new > cache.capacity:
-        raise ValueError(f"cache: cannot append {n_new} positions to a KVCache holding "
+        raise ValueError(f"cache: cannot append {n_new} positions to a "
+                         f"{type(cache).__name__} holding "
                          f"{cache.length} of its capacity {cache.capacity} (room for "
                          f"{cache.capacity - cache.length}); make the cache with a larger "
                          f"capacity")
@@ -310,13 +401,29 @@ def _check_self_attention(params: Any) -> None:
                          f"decode, got d_kv={params.d_kv}, d_model={params.d_model}")
 
 
-def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
+def _check_rope_base(rope_base: Any, params: MultiHeadParams) -> float | None:
+    if rope_base is None:
+        return None
+    rope_base = _check_base(rope_base)
+    if params.d_head % 2:
+        raise ValueError(f"params: expected an even head width d_head for RoPE (rope_base="
+                         f"{rope_base}), got d_head={params.d_head}")
+    return rope_base
+
+
+def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
+                rope_base: float | None = None) -> Any:
     """One step of cached decoding through a causal multi-head self-attention layer.
 
     The new tokens' queries, keys and values are projected; the keys and values are
     appended to ``cache``; each new query attends to every position in the cache up to its
     own (for one new token: to all of them, so no mask is needed; for several, with
     :func:`bottom_right_causal_mask`). Then the heads are merged and projected by ``W_O``.
+
+    With ``rope_base`` the queries and keys of the new tokens are rotated by
+    :func:`~attncore.rope` at their absolute positions ``cache.length, ...,
+    cache.length + n - 1`` before the keys are cached; the cached keys stay as they were
+    rotated (each rotation depends on its own position only).
 
     Parameters
     ----------
@@ -325,17 +432,24 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
     x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
         The inputs of the ``n >= 1`` new positions (usually ``n = 1``; a prompt, or a chunk
         of one, has more).
-    cache : KVCache
-        This layer's cache, with ``batch_shape = x.shape[:-2] + (params.n_kv_heads,)``,
-        ``d_k = d_v = params.d_head``, the library, device and dtype of ``x``, and room for
-        ``n`` more positions. It holds the positions before ``x``'s and is extended by
-        ``x``'s.
+    cache : BaseKVCache
+        This layer's cache (a :class:`KVCache`, :class:`~attncore.PagedKVCache` or
+        :class:`~attncore.Int8KVCache`), with ``batch_shape = x.shape[:-2] +
+        (params.n_kv_heads,)``, ``d_k = d_v = params.d_head``, the library, device and
+        dtype of ``x``, and room for ``n`` more positions. It holds the positions before
+        ``x``'s and is extended by ``x``'s.
+    rope_base : float, optional
+        Rotate queries and keys with RoPE of this base (a finite number above 1; needs an
+        even ``d_head``). A cache that holds positions must have been filled with the same
+        ``rope_base``.
 
     Returns
     -------
     numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
         Equal, up to rounding, to the rows of ``multi_head_attention(params, x_all,
-        causal=True)`` at these positions, where ``x_all`` is every input so far.
+        causal=True)`` (with ``rope_base``: ``rope_multi_head_attention(params, x_all,
+        causal=True, base=rope_base)``) at these positions, where ``x_all`` is every input
+        so far. (An :class:`~attncore.Int8KVCache` adds its quantization error.)
 
     Raises
     ------
@@ -345,8 +459,9 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
         left as it was.
     """
     _check_self_attention(params)
+    rope_base = _check_rope_base(rope_base, params)
     layer = _check_layer(params, x, None, None, False, names=("x", "x"))
-    _check_cache(cache, params, x)
+    _check_cache(cache, params, x, rope_base)
     n_new = layer.n_q
     if n_new == 0:
         raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
@@ -356,7 +471,15 @@ def decode_step(params: MultiHeadParams, x: Any, cache: KVCache) -> Any:
                          f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
                          f"inputs or weights")
     start = cache.length
+    if rope_base is not None:
+        # absolute positions start .. start + n_new - 1: the cache's length is the next one
+        if isinstance(x, np.ndarray):
+            pos = np.arange(start, start + n_new)
+        else:
+            pos = sys.modules["torch"].arange(start, start + n_new, device=x.device)
+        q, k = rope(q, pos, base=rope_base), rope(k, pos, base=rope_base)
     keys, values = cache.append(k, v)
+    cache.rope_base = rope_base
     if not isinstance(keys, np.ndarray) and _recording(q, keys, values):
         # Autograd saves what this step's attention read, views of the cache's buffer,
         # which the next step's append overwrites in place (an error at backward time).
@@ -396,12 +519,15 @@ def _recording(*tensors: Any) -> bool:
 
 
 def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
-           cache: KVCache | None = None) -> Any:
+           cache: BaseKVCache | None = None, rope_base: float | None = None) -> Any:
     """Run a sequence through a causal self-attention layer step by step, with a KV cache.
 
     Positions are fed to :func:`decode_step` ``chunk_size`` at a time (1: one token per
     step, as in autoregressive generation). The result equals ``multi_head_attention(params,
-    x, causal=True)`` up to rounding, on every backend and for any ``n_kv_heads``.
+    x, causal=True)`` up to rounding, on every backend and for any ``n_kv_heads``; with
+    ``rope_base``, ``rope_multi_head_attention(params, x, causal=True, base=rope_base)``
+    (when the cache starts empty; a cache holding ``m`` positions puts ``x`` at positions
+    ``m, m + 1, ...``).
 
     Parameters
     ----------
@@ -410,9 +536,12 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
     chunk_size : int, default 1
         Positions per step, ``>= 1``.
-    cache : KVCache, optional
+    cache : BaseKVCache, optional
         Continue from the positions this cache holds (they come before ``x``'s), and leave
         ``x``'s keys and values in it. By default a new cache of capacity ``n``.
+    rope_base : float, optional
+        RoPE of this base on queries and keys, at absolute positions (see
+        :func:`decode_step`).
 
     Returns
     -------
@@ -433,14 +562,15 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     """
     chunk_size = check_size("chunk_size", chunk_size)
     _check_self_attention(params)          # before x is measured against params.d_kv
+    rope_base = _check_rope_base(rope_base, params)
     layer = _check_layer(params, x, None, None, False, names=("x", "x"))
     n = layer.n_q
     if cache is None:
         cache = KVCache.for_layer(params, n, layer.batch)
-    _check_cache(cache, params, x)
+    _check_cache(cache, params, x, rope_base)
     if n == 0:
         return _linear(x, params.w_o, None)             # (..., 0, d_model)
-    outs = [decode_step(params, x[..., i:i + chunk_size, :], cache)
+    outs = [decode_step(params, x[..., i:i + chunk_size, :], cache, rope_base=rope_base)
             for i in range(0, n, chunk_size)]
     if isinstance(x, np.ndarray):
         return np.concatenate(outs, axis=-2)

@@ -196,4 +196,17 @@ ANSWERS: dict[str, Answers] = {
                                  wrong={"my_ratio": "8"}),   # blocks, not scores
     "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
                                   wrong={"my_variance": "30.40"}),   # one feature, m = 1
+    # --- chapter 13, attention in today's LLMs (13_attention_in_todays_llms.ipynb) -------
+    "ex-llms-left-padding": Answers(
+        right={"my_positions": "[[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]",
+               "my_next_positions": "[3, 5]"},
+        wrong={"my_positions": "[[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]",   # slots, not tokens
+               "my_next_positions": "[5, 5]"}),
+    "ex-llms-gamma": Answers(right={"my_gamma": "6"},
+                             wrong={"my_gamma": "20"}),     # tokens per call alone
+    "ex-llms-lite-cache": Answers(
+        right={"my_bytes_mla": "31104", "my_bytes_mha": "221184"},
+        wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
+    "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
+                                wrong={"my_values": "[0.26, -0.04]"}),
 }
