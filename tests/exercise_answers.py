@@ -37,13 +37,13 @@ ANSWERS: dict[str, Answers] = {
         right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
         wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
     # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
-    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "512"},
-                                    wrong={"my_threshold_d_k": "256"}),
+    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "448"},
+                                    wrong={"my_threshold_d_k": "384"}),
     "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
                                    wrong={"my_gap": "4.6"}),
     "ex-sqrt-dk-general-moments": Answers(
-        right={"my_mean": "-32", "my_var": "384", "my_second_moment": "1408"},
-        wrong={"my_var": "256"}),        # var(q_i) var(k_i) alone, without the mean terms
+        right={"my_mean": "-32", "my_var": "648", "my_second_moment": "1672"},
+        wrong={"my_var": "128"}),        # var(q_i) var(k_i) alone, without the mean terms
     "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
                                     wrong={"my_scaled_score_var": "1.0"}),
     # --- end of chapter 2 -----------------------------------------------------------------
