@@ -52,9 +52,9 @@ ANSWERS: dict[str, Answers] = {
         right={"w": "[-1.0, 3.0, 1.0]"},
         wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
     "ex-matmul-views-flops": Answers(
-        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
-               "n_equal": "768"},
-        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+        right={"flops_one_head": "3 * 2 * 10 * 768 * 64 + 2 * (2 * 10 * 10 * 64)",
+               "n_equal": "1152"},
+        wrong={"flops_one_head": "3 * 10 * 768 * 64 + 2 * 10 * 10 * 64"}),   # MACs, not flops
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
