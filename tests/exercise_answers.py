@@ -65,7 +65,7 @@ ANSWERS: dict[str, Answers] = {
     "ex-sdpa-prefer-other": Answers(
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
-        wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+        wrong={"my_W_K": "[[0.0, 1.0], [1.0, 2.0]]"}),   # only token 1 prefers the other
     "ex-sdpa-your-attention": Answers(
         # (/ math.sqrt: a Python float keeps float32 scores float32; NumPy 2 promotes
         # them to float64 with np.sqrt's NumPy float64, which preserves_dtype reports)
