@@ -22,6 +22,13 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``kvcache.py``       -- :class:`KVCache`, :func:`decode_step` and :func:`decode`: decoding
   a causal layer one token at a time with cached keys and values, and the
   :func:`bottom_right_causal_mask` of new queries against them
+* ``dropout.py``       -- :func:`dropout` with PyTorch's semantics (the attention functions'
+  ``dropout_p``)
+* ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
+  post-norm), :func:`layer_norm`, :func:`feed_forward`, conversion to and from
+  ``torch.nn.TransformerEncoderLayer``
+* ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits` and :func:`generate`: a
+  decoder-only model built from the blocks, sampled through the KV cache
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``linear_attention.py`` -- :func:`linear_attention` and :func:`linear_attention_step`:
   a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
@@ -86,6 +93,20 @@ from .tiled import tiled_attention
 # decoding with a KV cache (after multihead, which it builds on)
 from .kvcache import KVCache, bottom_right_causal_mask, decode, decode_step
 
+# the whole transformer: dropout, the block, a small language model (after kvcache)
+from .dropout import dropout
+from .transformer import (
+    TransformerBlockParams,
+    block_decode_step,
+    block_params_from_torch,
+    block_params_to_torch,
+    feed_forward,
+    init_transformer_block,
+    layer_norm,
+    transformer_block,
+)
+from .language_model import LanguageModel, generate, init_language_model, lm_logits
+
 # linear attention: a kernel in place of the softmax, computed in time linear in n
 from .linear_attention import (
     LinearAttentionState,
@@ -136,6 +157,19 @@ __all__ = [
     "bottom_right_causal_mask",
     "decode",
     "decode_step",
+    "dropout",
+    "TransformerBlockParams",
+    "block_decode_step",
+    "block_params_from_torch",
+    "block_params_to_torch",
+    "feed_forward",
+    "init_transformer_block",
+    "layer_norm",
+    "transformer_block",
+    "LanguageModel",
+    "generate",
+    "init_language_model",
+    "lm_logits",
     "LinearAttentionState",
     "RandomFeatures",
     "linear_attention",

@@ -28,6 +28,7 @@ from ._backend import (
     ungroup_heads,
 )
 from ._guard import Guard, attention_guard, is_low_precision
+from .dropout import Dropout, apply_dropout, check_dropout
 from .online_softmax import _finalize, _finite_or_zero, _state
 
 __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
@@ -37,7 +38,8 @@ __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
                                  causal: bool = False, scale: Any = None,
                                  return_weights: bool = False,
-                                 enable_gqa: bool = False) -> Any:
+                                 enable_gqa: bool = False, dropout_p: float = 0.0,
+                                 generator: Any = None) -> Any:
     """Softmax-weighted average of the value rows, one distribution per query.
 
     Parameters
@@ -73,26 +75,37 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         ``(..., H_kv, n_k, d)`` with ``H_kv`` dividing ``H_q``; query head ``h`` attends
         with key/value head ``h // (H_q // H_kv)``. Keys and values are shared, never
         copied (see Notes). With equal head counts it changes nothing.
+    dropout_p : real number in ``[0, 1)``, default 0.0
+        Dropout on the attention weights, as in PyTorch: after the softmax each weight is
+        zeroed with probability ``dropout_p`` and the others divided by ``1 - dropout_p``
+        (:func:`attncore.dropout.dropout`). 0 changes nothing, bit for bit. Training only:
+        leave it 0 at inference.
+    generator : numpy.random.Generator or torch.Generator, optional
+        The source of the dropout draws, matching the inputs' library; ``None`` uses the
+        library's default source.
 
     Returns
     -------
     out : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
         Same dtype, library and device as ``q``.
     weights : numpy.ndarray or torch.Tensor, shape ``(..., n_q, n_k)``
-        Only if ``return_weights``; each row sums to 1.
+        Only if ``return_weights``; each row sums to 1 (with dropout: the weights actually
+        used, after dropout, as PyTorch's ``nn.MultiheadAttention`` returns them).
 
     Raises
     ------
     TypeError
         Mixed NumPy/torch inputs, a non-floating, unsupported (longdouble, 8-bit) or
         mismatched dtype, a ``numpy.matrix`` or masked array, a non-boolean mask,
-        a flag that is not ``True`` or ``False``, a scale that is not a real scalar.
+        a flag that is not ``True`` or ``False``, a scale that is not a real scalar, a
+        ``dropout_p`` that is not a real number, a generator of the wrong library.
     ValueError
         Rank below 2, ``d_k = 0``, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and
         ``v`` differ, batch shapes differ (with ``enable_gqa``: other than in a number of
         key/value heads that divides the number of query heads), a mask that does not broadcast or whose batch
         axes are ambiguous, a non-finite scale, a NaN or infinity in ``q``, ``k`` or ``v``
-        (even one a mask hides), scores that overflow the working precision.
+        (even one a mask hides), scores that overflow the working precision, a
+        ``dropout_p`` outside ``[0, 1)``.
 
     Notes
     -----
@@ -133,31 +146,38 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     shape = check_attention_inputs(q, k, v, mask=mask, causal=causal, scale=scale,
                                    enable_gqa=enable_gqa)
     return_weights = check_flag("return_weights", return_weights)
-    return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape))
+    drop = check_dropout(dropout_p, generator, shape.backend, like=q)
+    return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape),
+                  drop)
 
 
 def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weights: bool,
-           guard: Guard) -> Any:
+           guard: Guard, drop: Dropout | None = None) -> Any:
     """The computation, after the checks: for callers that have checked the arguments
-    themselves (:func:`~attncore.multi_head_attention`)."""
+    themselves (:func:`~attncore.multi_head_attention`). ``drop`` is the checked dropout
+    (:func:`attncore.dropout.check_dropout`), None for none."""
     # (Under torch.func's grad, jvp and the like, and forward-mode AD, attncore's own
     # arithmetic: PyTorch's fused kernels have no forward derivative, nor a second one.)
     fused = shape.backend != NUMPY and not return_weights and guard.certified and \
-        not guard.transformed and abs(shape.scale) >= _TINY
+        not guard.transformed and abs(shape.scale) >= _TINY and drop is None
     if shape.group > 1 and not (fused and shape.n_k):
         # grouped-query attention in attncore's own arithmetic: ordinary attention on
         # grouped views of the same arrays (PyTorch's kernel takes enable_gqa itself)
         q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
-        return ungroup_heads(attend(q, k, v, mask, grouped, return_weights, guard), shape)
+        return ungroup_heads(attend(q, k, v, mask, grouped, return_weights, guard, drop),
+                             shape)
     if shape.backend == NUMPY:
+        if drop is not None and not return_weights:
+            # dropout acts on the weights, so they are formed (and then not returned)
+            return attend(q, k, v, mask, shape, True, guard, drop)[0]
         # Scores within a few units of the largest float (checked finite by the guard) may
         # still overflow in s - max to -inf, whose exponential is the right 0: no warning.
         with np.errstate(over="ignore") if not guard.certified else nullcontext():
             if not is_low_precision(q):
                 return _attention_numpy(q, k, v, mask, shape, return_weights,
-                                        guard.v_factor)
+                                        guard.v_factor, drop)
             result = _attention_numpy(*(x.astype(np.float32) for x in (q, k, v)), mask,
-                                      shape, return_weights, guard.v_factor)
+                                      shape, return_weights, guard.v_factor, drop)
         if return_weights:
             return result[0].astype(q.dtype), result[1].astype(q.dtype)
         return result.astype(q.dtype)
@@ -170,7 +190,7 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
             return _attention_fused(-q, k, v, mask, shape._replace(scale=-shape.scale),
                                     guard.vmapped)
         return _attention_fused(q, k, v, mask, shape, guard.vmapped)
-    return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor)
+    return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor, drop)
 
 
 _TINY = float(np.finfo(np.float32).tiny)
@@ -217,7 +237,7 @@ def combined_mask(mask: Any, causal: bool, n_q: int, n_k: int, like: Any) -> Any
     return tri if mask is None else mask & tri
 
 
-def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor):
+def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None):
     if v_factor is not None:
         v = v / v_factor
     # Scaling q (n_q x d_k numbers) rather than the scores (n_q x n_k) is the same product
@@ -236,6 +256,8 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor):
             total = scores.sum(axis=-1, keepdims=True)
             # a fully masked row is exp(-inf) = 0 already: leave it zeros
             np.divide(scores, total, out=scores, where=total > 0)
+        if drop is not None:
+            scores = apply_dropout(scores, drop)
         out = scores @ v
         if v_factor is not None:
             out *= v_factor
@@ -258,7 +280,7 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor):
     return out
 
 
-def _attention_torch(q, k, v, mask, shape, return_weights, v_factor):
+def _attention_torch(q, k, v, mask, shape, return_weights, v_factor, drop=None):
     """attncore's own arithmetic on torch: the weights path, and any call whose numbers
     are large enough that the guard checked the scores one by one."""
     import torch
@@ -278,6 +300,8 @@ def _attention_torch(q, k, v, mask, shape, return_weights, v_factor):
         # a fully masked row is exp(-inf) = 0 already; dividing it by 1 keeps it zeros
         # (and its gradient finite)
         scores = e / torch.where(total > 0, total, torch.ones_like(total))
+    if drop is not None:
+        scores = apply_dropout(scores, drop)
     out = scores @ vw
     if v_factor is not None:
         out = out * v_factor

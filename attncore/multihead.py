@@ -50,6 +50,7 @@ from ._guard import (
     transform_running,
 )
 from .attention import attend
+from .dropout import Dropout, check_dropout
 
 __all__ = [
     "MultiHeadParams",
@@ -468,7 +469,8 @@ def _check_output(layer: _Layer, out: Any) -> Any:
 
 def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
                          mask: Any = None, causal: bool = False,
-                         return_weights: bool = False) -> Any:
+                         return_weights: bool = False, dropout_p: float = 0.0,
+                         generator: Any = None) -> Any:
     """Multi-head attention layer: project, split into heads, attend, merge, project.
 
     Parameters
@@ -492,6 +494,12 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
         Forbid attending to later positions (see ``scaled_dot_product_attention``).
     return_weights : bool, default False
         Also return the per-head attention weights.
+    dropout_p : real number in ``[0, 1)``, default 0.0
+        Dropout on every head's attention weights (as in ``torch.nn.MultiheadAttention``'s
+        ``dropout``); see :func:`~attncore.scaled_dot_product_attention`. 0 changes
+        nothing, bit for bit.
+    generator : numpy.random.Generator or torch.Generator, optional
+        The source of the dropout draws, matching the inputs' library.
 
     Returns
     -------
@@ -511,8 +519,9 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     """
     return_weights = check_flag("return_weights", return_weights)
     layer = _check_layer(params, x_q, x_kv, mask, causal)
+    drop = check_dropout(dropout_p, generator, params.backend, like=x_q)
     q, k, v = _project_heads(params, layer, x_q)
-    return _attend_heads(params, layer, q, k, v, mask, return_weights)
+    return _attend_heads(params, layer, q, k, v, mask, return_weights, drop)
 
 
 def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[Any, Any, Any]:
@@ -525,7 +534,7 @@ def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[An
 
 
 def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
-                  return_weights: bool) -> Any:
+                  return_weights: bool, drop: Dropout | None = None) -> Any:
     """Attention in every head, the heads merged and projected by ``W_O``."""
     if mask is not None and mask.ndim > 2:
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
@@ -533,7 +542,8 @@ def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any
                            layer.n_k, params.d_head, params.d_head,
                            1.0 / math.sqrt(params.d_head), layer.causal,
                            params.num_heads // params.n_kv_heads)
-    result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape))
+    result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape),
+                    drop)
     heads, weights = result if return_weights else (result, None)
     out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
     return (out, weights) if return_weights else out

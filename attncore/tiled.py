@@ -39,6 +39,7 @@ from ._backend import (
     ungroup_heads,
 )
 from ._guard import attention_guard, is_low_precision
+from .dropout import check_dropout
 from .online_softmax import (
     SoftmaxState,
     _empty_state,
@@ -64,7 +65,8 @@ _REEXPORTED = (SoftmaxState, finalize_softmax_state, merge_softmax_states, softm
 
 def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any = None,
                     causal: bool = False, scale: Any = None, enable_gqa: bool = False,
-                    return_lse: bool = False) -> Any:
+                    return_lse: bool = False, dropout_p: float = 0.0,
+                    generator: Any = None) -> Any:
     """Scaled dot-product attention computed one block of keys at a time.
 
     Same inputs, checks and result as :func:`~attncore.scaled_dot_product_attention`
@@ -90,6 +92,10 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     return_lse : bool, default False
         Also return the row log-sum-exp of the scores, which the backward pass needs
         (:func:`~attncore.tiled_attention_backward`).
+    dropout_p : real number in ``[0, 1)``, default 0.0
+        Checked as in the reference; only 0 is supported (see Raises).
+    generator : numpy.random.Generator or torch.Generator, optional
+        Checked as in the reference.
 
     Returns
     -------
@@ -108,6 +114,13 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     ------
     TypeError, ValueError
         As the reference, and for a ``block_size`` that is not a positive integer.
+    NotImplementedError
+        ``dropout_p > 0``: the backward pass recomputes each block's weights, and it
+        would have to draw exactly the forward pass's dropout mask again; rather than
+        store an ``(n_q, n_k)`` mask (the memory tiling avoids) or give a result that
+        differs from :func:`~attncore.scaled_dot_product_attention` with the same
+        generator, tiled attention refuses dropout. Use the reference for training with
+        attention dropout.
 
     Notes
     -----
@@ -133,6 +146,12 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
                                    enable_gqa=enable_gqa)
     block_size = check_size("block_size", block_size)
     return_lse = check_flag("return_lse", return_lse)
+    if check_dropout(dropout_p, generator, shape.backend, like=q) is not None:
+        raise NotImplementedError(
+            f"tiled_attention: dropout_p={float(dropout_p)!r} is not supported (its backward "
+            f"pass recomputes the weights block by block and would need the same dropout "
+            f"mask again); use scaled_dot_product_attention(..., dropout_p=...) for "
+            f"attention dropout")
     if shape.group > 1:
         # Grouped-query attention: the same loop on grouped views of the same arrays
         # (group_heads), after the value checks in the caller's terms.

@@ -586,3 +586,43 @@ def gpu_tiled_memory(n: int, *, heads: int = HEADS, d_k: int = D_K, dtype: Any =
         tiled = peak(lambda: tiled_attention(q, k, v, **kw))
     return {"n": n, "heads": heads, "naive_bytes": naive, "tiled_bytes": tiled,
             "memory_ratio": tiled / naive}
+
+
+# --- a training step of the capstone's language model -------------------------------------------
+
+def training_step(d_model: int, num_layers: int, seq_len: int, batch: int, *,
+                  heads: int = 4, vocab: int = 103, rounds: int = ROUNDS) -> dict:
+    """One training step (forward, cross-entropy, backward, Adam) of the language model of
+    chapter 11 built from attncore (:func:`attncore.lm_logits`) against the same model
+    written with ``torch.nn`` modules (``nn.TransformerEncoderLayer``, the same weights,
+    :func:`attncore.lab.language.torch_reference_model`), float32, the same batch and the
+    same optimizer (:class:`attncore.lab.adam.Adam`)."""
+    import torch
+    import torch.nn.functional as F
+
+    from attncore.language_model import init_language_model, lm_logits
+    from attncore.lab.adam import Adam
+    from attncore.lab.language import torch_reference_model
+
+    model = init_language_model(vocab, d_model, heads, 4 * d_model, num_layers, seq_len,
+                                dtype=torch.float32, backend="torch")
+    reference = torch_reference_model(model).train()
+    for t in model.tensors():
+        t.requires_grad_()
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, vocab, (batch, seq_len + 1)))
+    x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
+    ours, theirs = Adam(model.tensors(), lr=1e-4), Adam(reference.parameters(), lr=1e-4)
+
+    def step(logits_of, opt) -> None:
+        loss = F.cross_entropy(logits_of(x).reshape(-1, vocab), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    times = rotated_rounds({"attncore": lambda: step(lambda i: lm_logits(model, i), ours),
+                            "torch.nn": lambda: step(reference, theirs)},
+                           rounds=rounds, min_sample_s=MIN_SAMPLE_S)
+    return {"d_model": d_model, "layers": num_layers, "n": seq_len, "batch": batch,
+            "heads": heads, "ratio": ratio_spread(times, "attncore", "torch.nn"),
+            "attncore_s": quartiles(times["attncore"]),
+            "torch_s": quartiles(times["torch.nn"])}

@@ -39,6 +39,7 @@ TARGETS = {
     "tiled_time": 1.0,         # ... N >= 4096
     "tiled_memory": 0.05,      # tiled / naive peak memory at N = 16384
     "gpu": 1.05,               # torch backend / F.sdpa on a GPU
+    "training": 1.1,           # training step: attncore language model / torch.nn's, float32
 }
 
 
@@ -73,14 +74,17 @@ def sizes(quick: bool) -> dict:
         return {"torch": [(256, 1), (1024, 1), (512, 8)], "multihead": [128, 256],
                 "bare": [(256, 1), (1024, 1), (512, 8)], "products": [256, 512, 1024],
                 "peak": 512, "breakdown": 512, "projection": [(32, 64)],
-                "tiled": [(1024, 1), (1024, 8), (4096, 1)], "gpu": [1024, 4096]}
+                "tiled": [(1024, 1), (1024, 8), (4096, 1)], "gpu": [1024, 4096],
+                "training": [(64, 2, 128, 32)]}
     return {"torch": [(256, 1), (1024, 1), (4096, 1), (1024, 8), (2048, 8)],
             "multihead": [256, 1024],
             "bare": [(256, 1), (1024, 1), (4096, 1), (2048, 8)],
             "products": [512, 1024, 2048, 4096], "peak": 2048, "breakdown": 2048,
             "projection": [(32, 128), (8, 512)],
             "tiled": [(1024, 1), (1024, 8), (4096, 8), (16384, 1)],
-            "gpu": [1024, 4096, 16384]}
+            "gpu": [1024, 4096, 16384],
+            # (d_model, layers, sequence length, batch): chapter 11's model, and a wider one
+            "training": [(64, 2, 128, 32), (256, 4, 256, 8)]}
 
 
 def run_cpu(quick: bool, rounds: int, log) -> dict:
@@ -128,6 +132,7 @@ def run_cpu(quick: bool, rounds: int, log) -> dict:
             for n, heads in s["tiled"]:
                 figure("tiled", f"tiled vs naive, block sizes, {heads} head(s), N={n}",
                        measure.tiled_blocks, n, heads)
+            training_figures(s, figure)
         with measure.threads(cores):
             figure("peak_all_cores", f"share of sgemm peak, 8 heads, N={s['peak']}, "
                    f"{cores} threads", measure.share_of_peak, s["peak"])
@@ -137,6 +142,29 @@ def run_cpu(quick: bool, rounds: int, log) -> dict:
     r["loadavg_end"] = os.getloadavg()[0]
     r["machine"]["torch threads (all cores)"] = str(cores)
     del torch
+    return r
+
+
+def training_figures(s: dict, figure) -> None:
+    for d_model, layers, n, batch in s.get("training", []):
+        figure("training", f"training step, attncore LM vs torch.nn, d={d_model}, "
+               f"{layers} blocks, N={n}, batch {batch}", measure.training_step, d_model,
+               layers, n, batch)
+
+
+def run_training(quick: bool, rounds: int, log) -> dict:
+    """The training-step table alone (``--only training``), one thread."""
+    r: dict = {"quick": quick, "rounds": rounds, "machine": measure.machine()}
+
+    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
+        log(message)
+        row: dict = {}
+        with monitor.figure(row):
+            row.update(fn(*args, rounds=rounds, **kwargs))
+        r.setdefault(key, []).append(row)
+
+    with measure.LoadMonitor() as monitor, measure.threads(1):
+        training_figures(sizes(quick), figure)
     return r
 
 
@@ -323,6 +351,22 @@ def tiled_table(r: dict) -> list[str]:
     return lines
 
 
+def training_table(r: dict) -> list[str]:
+    lines = ["### A training step: attncore's language model against `torch.nn`'s", "",
+             "Forward pass, cross-entropy, backward pass and an Adam step of chapter 11's "
+             "language model (pre-norm blocks, tied head, float32, one thread), built from "
+             "`ac.lm_logits` against the same model, with the same weights, built from "
+             "`nn.TransformerEncoderLayer(norm_first=True)`.", "",
+             "| d_model | blocks | N | batch | attncore ms | torch.nn ms | "
+             "attncore / torch.nn, median [IQR] |",
+             "|---:|---:|---:|---:|---:|---:|:---|"]
+    for row in r["training"]:
+        lines.append(f"| {row['d_model']} | {row['layers']} | {row['n']} | {row['batch']} | "
+                     f"{ms(row['attncore_s'])} | {ms(row['torch_s'])} | "
+                     f"{spread(row['ratio'])} |")
+    return lines + ["", _loads_line(r["training"])]
+
+
 def targets_table(r: dict) -> list[str]:
     """One line per target: where it is measured, the median [IQR], met or missed."""
     lines = ["### The targets", "",
@@ -364,6 +408,10 @@ def targets_table(r: dict) -> list[str]:
                          f"{b['memory_ratio']:.3f} ({mib(b['bytes'])} MiB against "
                          f"{mib(row['naive_bytes'])} MiB) | "
                          f"{verdict(b['memory_ratio'], TARGETS['tiled_memory'])} | one call |")
+    for row in r.get("training", []):
+        add("training step, attncore LM / `torch.nn` LM",
+            f"d = {row['d_model']}, {row['layers']} blocks, N = {row['n']}",
+            TARGETS["training"], [("", row["ratio"])])
     lines += ["", "A row is met when its median (the worst median of its input ranks) is at "
               "most the target; the quartiles show how far the rounds scattered around it. "
               "Where they lie on both sides of the target, another run of the same code may "
@@ -391,6 +439,8 @@ def cpu_markdown(r: dict, command: str) -> str:
     lines += ["### Share of the sgemm peak", ""] + peak_table(r["peak"][0], "one thread")
     lines += [""] + peak_table(r["peak_all_cores"][0], f"{os.cpu_count()} threads")
     lines += [""] + projection_table(r) + [""] + tiled_table(r)
+    if r.get("training"):
+        lines += [""] + training_table(r)
     lines += ["", "### Machine", ""]
     lines += [f"- {key}: {value}" for key, value in r["machine"].items()]
     lines.append(f"- load average (1 min): {r['loadavg_start']:.2f} at the start of the run, "
@@ -543,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help="also run the GPU figures when torch.cuda.is_available()")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU figures")
+    parser.add_argument("--only", choices=["training"], default=None,
+                        help="run one table alone (writes <out>/training.md)")
     parser.add_argument("--rounds", type=int, default=measure.ROUNDS,
                         help=f"rotated rounds per figure, at least 9 (default {measure.ROUNDS})")
     parser.add_argument("--out", type=Path, default=None,
@@ -558,6 +610,12 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - start:6.1f} s] {message}", flush=True)
 
+    if args.only == "training":
+        r = run_training(args.quick, args.rounds, log)
+        (out / "raw" / "training.json").write_text(json.dumps(r, indent=1, default=str))
+        (out / "training.md").write_text("\n".join(training_table(r)) + "\n")
+        log(f"wrote {out / 'training.md'}")
+        return 0
     if not args.no_cpu:
         r = run_cpu(args.quick, args.rounds, log)
         (out / "raw" / "cpu.json").write_text(json.dumps(r, indent=1, default=str))

@@ -105,6 +105,8 @@ def problems(path: Path, write: bool = False) -> list[str]:
                  and "".join(c["source"]).startswith(HEADING)]
     text = "\n".join("".join(c["source"]) for i, c in enumerate(cells)
                      if c["cell_type"] == "markdown" and i not in ref_cells)
+    # A citation may be broken across source lines: Markdown reads a line break as a space.
+    text = " ".join(text.split())
     bib = bibliography()
     cited = [k for k, (label, _) in bib.items()
              if label in text or textual(label) in text]

@@ -109,8 +109,8 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
-    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 4 ** (128 / 126)"},
-                                    wrong={"my_base": "40000"}),
+    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 8 ** (64 / 62)"},
+                                    wrong={"my_base": "80000"}),
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
     "ex-mha-count": Answers(
         right={"ex1_parameters": "4 * 768**2 + 4 * 768",
@@ -135,8 +135,8 @@ ANSWERS: dict[str, Answers] = {
                "z": "np.array([3 * math.exp(-1), 2.4]) / (1.5 * math.exp(-1) + 1.2)"},
         # the classic bug: the output not rescaled by alpha when the maximum grows
         wrong={"o_merged": "[3.0, 2.4]"}),
-    "ex-tiled-budget": Answers(right={"n_answer": "92_617"},
-                               wrong={"n_answer": "92_618"}),      # one token too many
+    "ex-tiled-budget": Answers(right={"h_answer": "39"},
+                               wrong={"h_answer": "40"}),      # rounded up: one head too many
     "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
                                    wrong={"my_stall": "65504"}),   # overflow, not the stall
     # --- end of chapter 7 -----------------------------------------------------------------
@@ -153,16 +153,17 @@ ANSWERS: dict[str, Answers] = {
     # --- end of chapter 8 -----------------------------------------------------------------
     # --- chapter 9, attention at inference (09_inference.ipynb) -----------------------------
     "ex-inference-cache-size": Answers(
-        right={"my_bytes_gqa": "2 * 80 * 8 * 128 * 4096 * 2 * 16",
-               "my_bytes_mha": "2 * 80 * 64 * 128 * 4096 * 2 * 16"},
-        wrong={"my_bytes_gqa": "80 * 8 * 128 * 4096 * 2 * 16"}),     # keys only
+        right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
+               "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
+        # the batch forgotten: the context one sequence alone could have
+        wrong={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2)"}),
     "ex-inference-batch": Answers(
         right={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 4096 * 2)"},
         # the window forgotten: a cache of all 8192 positions per sequence
         wrong={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 8192 * 2)"}),
     "ex-inference-intensity": Answers(
-        right={"my_intensity": "2 * (64 / 8) / 2", "my_queries": "37"},
-        wrong={"my_intensity": "2 / 2"}),        # multi-head attention's, not the group's
+        right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
+        wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
     # --- end of chapter 9 -----------------------------------------------------------------
     # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
@@ -175,6 +176,18 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
+    # --- chapter 11, the whole transformer (11_the_whole_transformer.ipynb) ----------------
+    "ex-capstone-gpt2-parameters": Answers(
+        right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
+                                " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
+        wrong={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
+                                " + 4 * 768) + 2 * 50257 * 768 + 1024 * 768 + 2 * 768"}),
+    "ex-capstone-crossover": Answers(
+        right={"my_n": "2 * 768 + 3072"},
+        wrong={"my_n": "4 * 768 + 2 * 3072"}),
+    "ex-capstone-cache-work": Answers(
+        right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
+        wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
     # --- chapter 12, beyond one device, beyond softmax (12_beyond_one_device.ipynb) -----
     "ex-beyond-bytes": Answers(
         right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},

@@ -19,7 +19,7 @@ from bench import measure, run  # noqa: E402
 
 TINY = {"torch": [(32, 1), (16, 2)], "multihead": [8], "bare": [(32, 1), (16, 2)],
         "products": [16, 32], "peak": 16, "breakdown": 16, "projection": [(2, 8)],
-        "tiled": [(64, 1), (32, 2)], "gpu": [16, 32]}
+        "tiled": [(64, 1), (32, 2)], "gpu": [16, 32], "training": [(16, 1, 8, 2)]}
 
 
 @pytest.fixture
@@ -47,6 +47,13 @@ def test_the_cpu_benchmark_writes_its_tables_and_plot(tiny, tmp_path):
     for target in ("at most 1.25", "at most 1.05", "at most 1.15", "at most 1.3"):
         assert target in md
     assert f"default block ({run.default_block_size()})" in md
+
+
+def test_the_training_table_runs_alone(tiny, tmp_path):
+    assert run.main(["--only", "training", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "training.md").read_text()
+    assert "attncore / torch.nn" in md and "Load during this table" in md
+    assert re.search(r"\| \d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\] \|", md)
 
 
 def test_the_quartiles_column_says_which_side_of_the_target_they_lie():

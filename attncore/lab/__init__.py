@@ -11,6 +11,10 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``view_figures.py``  -- figures of the four matmul views, flop and memory-traffic counts
 * ``training.py``      -- a tiny attention-only model trained on an induction task
 * ``adam.py``          -- Adam written out (the training loops' optimizer)
+* ``language.py``      -- chapter 11's character-level language model: Python's help topics
+  as text, the training loop, the bigram baseline, the shipped checkpoint
+  (``capstone_lm.safetensors``, written by ``scripts/train_capstone.py``), the same model
+  in ``torch.nn``, gradient norms through depth, what its heads attend to
 * ``inference.py``     -- the KV cache of published models, the arithmetic intensity of a
   decoding step, attention of many queries timed against one
 * ``order_task.py``    -- a task that needs order (the token k places back) and a one-layer

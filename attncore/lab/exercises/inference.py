@@ -13,15 +13,16 @@ import numbers
 from ..inference import PUBLISHED, kv_cache_bytes, weight_bytes
 from . import Verdict, exercise
 
-# ex-inference-cache-size: LLaMA-2 70B, a batch of 16 sequences of 4096 tokens, 16-bit
-CACHE_MODEL, CACHE_BATCH, CACHE_TOKENS = "LLaMA-2 70B", 16, 4096
+# ex-inference-cache-size: LLaMA-2 70B, a batch of 16 sequences, 16-bit, 30 GiB of cache:
+# the cache formula inverted for the longest context, with 8 and with 64 key/value heads
+CACHE_MODEL, CACHE_BATCH, CACHE_BUDGET = "LLaMA-2 70B", 16, 30 * 2**30
 
 # ex-inference-batch: Mistral 7B, sequences of 8192 tokens, an 80 GiB device
 BATCH_MODEL, BATCH_TOKENS, BATCH_MEMORY = "Mistral 7B", 8192, 80 * 2**30
 
-# ex-inference-intensity: LLaMA-2 70B in bfloat16, against a device that does 295 flops
-# in the time it reads one byte
-INTENSITY_MODEL, DEVICE_FLOPS_PER_BYTE = "LLaMA-2 70B", 295
+# ex-inference-intensity: LLaMA-2 70B with its KV cache stored in 8-bit numbers, against a
+# device that does 295 flops in the time it reads one byte
+INTENSITY_MODEL, INTENSITY_BYTES, DEVICE_FLOPS_PER_BYTE = "LLaMA-2 70B", 1, 295
 
 
 def _integer(name: str, value) -> int:
@@ -32,32 +33,39 @@ def _integer(name: str, value) -> int:
     return int(value)
 
 
-@exercise("ex-inference-cache-size")
-def cache_size(bytes_gqa, bytes_mha) -> Verdict:
-    """The KV cache of LLaMA-2 70B for 16 sequences of 4096 tokens in 16-bit numbers, with
-    its 8 key/value heads and as it would be with one per query head."""
+def longest_context(kv_heads: int | None = None) -> int:
+    """The most tokens per sequence whose KV cache, for the whole batch, fits the budget."""
     model = PUBLISHED[CACHE_MODEL]
-    want = {"with 8 key/value heads": kv_cache_bytes(model, CACHE_TOKENS, batch=CACHE_BATCH),
-            "with 64 key/value heads": kv_cache_bytes(model, CACHE_TOKENS, batch=CACHE_BATCH,
-                                                      kv_heads=model.heads)}
-    got = dict(zip(want, (_integer("my_bytes_gqa", bytes_gqa),
-                          _integer("my_bytes_mha", bytes_mha))))
+    per_token = kv_cache_bytes(model, 1, batch=CACHE_BATCH, kv_heads=kv_heads)
+    tokens = CACHE_BUDGET // per_token
+    assert kv_cache_bytes(model, tokens, batch=CACHE_BATCH, kv_heads=kv_heads) <= CACHE_BUDGET
+    return tokens
+
+
+@exercise("ex-inference-cache-size")
+def cache_size(tokens_gqa, tokens_mha) -> Verdict:
+    """The longest context whose KV cache, for 16 sequences of LLaMA-2 70B in 16-bit
+    numbers, fits in 30 GiB: with its 8 key/value heads, and with one per query head."""
+    model = PUBLISHED[CACHE_MODEL]
+    want = {"with 8 key/value heads": longest_context(),
+            "with 64 key/value heads": longest_context(kv_heads=model.heads)}
+    got = dict(zip(want, (_integer("my_tokens_gqa", tokens_gqa),
+                          _integer("my_tokens_mha", tokens_mha))))
     parts = {name: got[name] == want[name] for name in want}
     details = tuple(f"{name}: {'right' if ok else 'not yet'}" for name, ok in parts.items())
     if all(parts.values()):
-        return Verdict(True, "Grouping 64 query heads onto 8 key/value heads makes the cache "
-                             "8 times smaller; the weights do not change size.", details)
-    per_token = 2 * model.layers * model.kv_heads * model.d_head * 2
+        return Verdict(True, "Eight times fewer key/value heads, eight times longer "
+                             "contexts in the same memory.", details)
     for name, value in got.items():
-        if value * 2 == want[name]:
+        if value == want[name] * 2:
             return Verdict(False, "one factor 2 is missing: a key and a value per head, and "
                                   "2 bytes per number.", details)
-        if value * 1024 == want[name] or value == want[name] / 2**30:
-            return Verdict(False, "give the answer in bytes, not in KiB or GiB.", details)
-    if got["with 8 key/value heads"] == per_token * CACHE_TOKENS:
-        return Verdict(False, "that is one sequence; the batch holds 16.", details)
-    return Verdict(False, "multiply 2 (keys and values), the layers, the key/value heads, "
-                          "d_head, the tokens, the bytes per number and the batch.", details)
+        if value == want[name] * CACHE_BATCH:
+            return Verdict(False, "that is the context of one sequence alone; the 16 "
+                                  "sequences of the batch share the budget.", details)
+    return Verdict(False, "one token of one sequence costs 2 (keys and values) x layers x "
+                          "key/value heads x d_head x bytes; divide the budget by that "
+                          "times the batch, and round down.", details)
 
 
 def largest_batch() -> int:
@@ -90,13 +98,14 @@ def batch(my_batch) -> Verdict:
 def intensity_limit() -> float:
     """Flops per byte of one decoding step's attention in the long-cache limit."""
     model = PUBLISHED[INTENSITY_MODEL]
-    return 2 * (model.heads // model.kv_heads) / 2
+    return 2 * (model.heads // model.kv_heads) / INTENSITY_BYTES
 
 
 @exercise("ex-inference-intensity")
 def intensity(my_intensity, my_queries) -> Verdict:
-    """LLaMA-2 70B's decoding attention: flops per byte of cache read (one query per
-    sequence, long cache), and the fewest queries per step that reach 295 flops per byte."""
+    """LLaMA-2 70B's decoding attention with an 8-bit cache: flops per byte of cache read
+    (one query per sequence, long cache), and the fewest queries per step that reach 295
+    flops per byte."""
     if isinstance(my_intensity, bool) or not isinstance(my_intensity, numbers.Real):
         raise TypeError(f"my_intensity should be a number, got {type(my_intensity).__name__}")
     limit = intensity_limit()
@@ -109,7 +118,7 @@ def intensity(my_intensity, my_queries) -> Verdict:
                              "byte of cache serves a whole group of query heads.", details)
     if not parts["flops per byte"]:
         return Verdict(False, "count 4 d_head flops per key for each query head, and the "
-                              "bytes of one key and one value for each key/value head.",
-                       details)
+                              "bytes of one key and one value for each key/value head, "
+                              "1 byte per number here.", details)
     return Verdict(False, "the intensity grows in proportion to the queries per step; round "
                           "up to a whole number of queries.", details)

@@ -37,11 +37,16 @@ def offset_matrix(offset_matrix) -> Verdict:
                          "position: an offset is a rotation of each (sin, cos) pair.")
 
 
+# ex-positions-ntk-base: a head width and a stretch other than the chapter's own example
+# (d_head = 128, s = 4), so that the chapter's printed base does not answer it
+NTK_D, NTK_BASE, NTK_STRETCH = 64, 10000.0, 8.0
+
+
 @exercise("ex-positions-ntk-base")
 def ntk_base(new_base) -> Verdict:
-    """The base with which RoPE's slowest pair (d = 128) turns 4 times as slowly as with
-    base 10000, so that 4 times as many positions span the same largest angle."""
-    d, base, stretch = 128, 10000.0, 4.0
+    """The base with which RoPE's slowest pair (d = 64) turns 8 times as slowly as with
+    base 10000, so that 8 times as many positions span the same largest angle."""
+    d, base, stretch = NTK_D, NTK_BASE, NTK_STRETCH
     try:
         new_base = float(new_base)
     except (TypeError, ValueError):
@@ -57,5 +62,5 @@ def ntk_base(new_base) -> Verdict:
                              f"while the fastest still turns {fastest:.0f} radian per "
                              f"position: a new base stretches the slow pairs, not the fast.")
     return Verdict(False, f"with this base the slowest pair turns {ratio:.3f} times as "
-                          f"slowly as with base 10000, not 4 times; its frequency is "
-                          f"base ** (-(d - 2) / d), not base ** -1.")
+                          f"slowly as with base 10000, not {stretch:.0f} times; its "
+                          f"frequency is base ** (-(d - 2) / d), not base ** -1.")

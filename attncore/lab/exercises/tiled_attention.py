@@ -2,7 +2,7 @@
 
 Each checker recomputes what it compares with: the merge with
 :func:`attncore.tiled.merge_softmax_states`, the memory budget from the peak-memory formula
-``b n (n + d)`` in exact integer arithmetic, the float16 sum by adding in float16. Hints point
+``b h n (n + d)`` in exact integer arithmetic, the float16 sum by adding in float16. Hints point
 at the method, never at the number.
 """
 
@@ -21,10 +21,12 @@ MERGE_A = dict(max=2.0, sum=1.5, out=(3.0, 0.0))
 MERGE_B = dict(max=3.0, sum=1.2, out=(0.0, 2.4))
 MERGE_TOLERANCE = 1e-4          # "rounded to four decimals"
 
-# ex-tiled-budget: one float16 head, d = 128, 16 GiB.
-BUDGET_BYTES = 16 * 2**30
+# ex-tiled-budget: float16 heads of d = 128, a sequence of 32,768 tokens, 80 GiB: the
+# formula inverted for the number of heads rather than solved for the length.
+BUDGET_BYTES = 80 * 2**30
 BUDGET_D = 128
 BUDGET_BYTES_PER_NUMBER = 2
+BUDGET_TOKENS = 32_768
 
 
 def _state(spec: dict) -> SoftmaxState:
@@ -67,33 +69,30 @@ def naive_peak_bytes(n: int, d: int = BUDGET_D,
     return bytes_per_number * n * (n + d)
 
 
-def largest_fitting_n(budget: int = BUDGET_BYTES, d: int = BUDGET_D,
-                      bytes_per_number: int = BUDGET_BYTES_PER_NUMBER) -> int:
-    """The largest n with ``b n (n + d) <= budget``, in exact integer arithmetic."""
-    # n^2 + d n - budget / b <= 0; the positive root, floored, then checked exactly
-    n = (math.isqrt(d * d + 4 * (budget // bytes_per_number)) - d) // 2
-    while naive_peak_bytes(n + 1, d, bytes_per_number) <= budget:
-        n += 1
-    while naive_peak_bytes(n, d, bytes_per_number) > budget:
-        n -= 1
-    return n
+def largest_fitting_heads(budget: int = BUDGET_BYTES, n: int = BUDGET_TOKENS,
+                          d: int = BUDGET_D,
+                          bytes_per_number: int = BUDGET_BYTES_PER_NUMBER) -> int:
+    """The largest h with ``b h n (n + d) <= budget``, in exact integer arithmetic."""
+    return budget // naive_peak_bytes(n, d, bytes_per_number)
 
 
 @exercise("ex-tiled-budget")
-def memory_budget(n) -> Verdict:
-    """The largest sequence length whose naive attention (one float16 head, d = 128)
-    fits in 16 GiB."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        return Verdict(False, f"Enter N as an integer (a number of tokens), got {n!r}")
-    n = int(n)
-    answer = largest_fitting_n()
-    if n == answer:
-        return Verdict(True, "The score matrix is almost all of it: n^2 dominates d n.")
-    if naive_peak_bytes(n) > BUDGET_BYTES:
-        return Verdict(False, f"at N = {n:,} the formula asks for "
-                              f"{naive_peak_bytes(n) / 2**30:.3f} GiB, more than 16 GiB.")
-    return Verdict(False, f"N = {n:,} fits, but so does a longer sequence: find the largest "
-                          "N that fits (solve the quadratic, round down, check).")
+def memory_budget(heads) -> Verdict:
+    """The most float16 heads (d = 128) whose naive attention over 32,768 tokens fits in
+    80 GiB at once."""
+    if isinstance(heads, bool) or not isinstance(heads, numbers.Integral):
+        return Verdict(False, f"Enter h as an integer (a number of heads), got {heads!r}")
+    heads = int(heads)
+    answer = largest_fitting_heads()
+    per_head = naive_peak_bytes(BUDGET_TOKENS)
+    if heads == answer:
+        return Verdict(True, "Each head needs its own n x n scores: the budget divides by "
+                             "the heads, the length stays.")
+    if heads * per_head > BUDGET_BYTES:
+        return Verdict(False, f"{heads} heads ask for {heads * per_head / 2**30:.2f} GiB, "
+                              "more than 80 GiB: round down, a head is not divisible.")
+    return Verdict(False, f"{heads} heads fit, but so do more: the memory is linear in h, so "
+                          "divide the budget by one head's peak and round down.")
 
 
 def float16_stall() -> float:

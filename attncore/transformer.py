@@ -1,0 +1,575 @@
+"""The transformer block: attention and a feed-forward layer on a residual stream.
+
+Tokens are rows, as everywhere in attncore. A block maps ``x`` of shape ``(..., n,
+d_model)`` to the same shape. Pre-norm (``norm_first=True``, GPT-2 and most models since)::
+
+    x <- x + Dropout(MHA(LN_1(x)))                    the attention sub-layer
+    x <- x + Dropout(FFN(LN_2(x)))                    the feed-forward sub-layer
+
+post-norm (``norm_first=False``, the original transformer and BERT)::
+
+    x <- LN_1(x + Dropout(MHA(x)))
+    x <- LN_2(x + Dropout(FFN(x)))
+
+with ``FFN(x) = act(x W_1 + b_1) W_2 + b_2`` (a dropout after ``act`` too) and ``MHA`` the
+layer of :func:`~attncore.multi_head_attention` (with dropout on its attention weights).
+These are the operations of ``torch.nn.TransformerEncoderLayer(batch_first=True)``:
+:func:`block_params_from_torch` and :func:`block_params_to_torch` copy weights between the
+two, and with dropout off the outputs agree to rounding.
+
+:func:`layer_norm` and :func:`feed_forward` are written out in NumPy; on torch they call
+PyTorch's kernels for the same formulas (``F.layer_norm``, ``F.gelu``), as the attention
+functions call PyTorch's fused attention.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._backend import (
+    NUMPY,
+    backend_of,
+    check_flag,
+    check_floating,
+    check_min_rank,
+    check_same_dtype,
+    check_size,
+    shape_of,
+)
+from .dropout import Dropout, apply_dropout, check_dropout
+from .kvcache import KVCache, decode_step
+from .multihead import (
+    MultiHeadParams,
+    _numpy_float_dtype,
+    check_n_kv_heads,
+    check_num_heads,
+    init_multihead,
+    multi_head_attention,
+    params_from_torch,
+    params_to_torch,
+)
+
+__all__ = [
+    "ACTIVATIONS",
+    "TransformerBlockParams",
+    "block_decode_step",
+    "block_params_from_torch",
+    "block_params_to_torch",
+    "feed_forward",
+    "gelu",
+    "init_transformer_block",
+    "layer_norm",
+    "transformer_block",
+]
+
+ACTIVATIONS = ("relu", "gelu")
+"""The activations of the feed-forward layer (those of ``nn.TransformerEncoderLayer``)."""
+
+_FF_FIELDS = ("ln1_weight", "ln1_bias", "ln2_weight", "ln2_bias", "w_ff1", "b_ff1", "w_ff2",
+              "b_ff2")
+
+
+# --- the two small functions ----------------------------------------------------------------
+
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+    """Normalise each row to mean 0 and variance 1, then scale and shift it.
+
+        LN(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias
+
+    over the last axis, with the biased variance ``mean((x - mean(x))^2)`` (as
+    ``torch.nn.LayerNorm``).
+
+    Parameters
+    ----------
+    x : numpy.ndarray or torch.Tensor, shape ``(..., d)``, floating
+    weight, bias : arrays of shape ``(d,)``, optional
+        The learned gain and shift (``None``: 1 and 0).
+    eps : float, default 1e-5
+        Added to the variance, so that a constant row is not divided by 0.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape and dtype of ``x``
+    """
+    if isinstance(x, np.ndarray):
+        mean = x.mean(axis=-1, keepdims=True)
+        centred = x - mean
+        var = (centred * centred).mean(axis=-1, keepdims=True)
+        y = centred / np.sqrt(var + np.asarray(eps, dtype=x.dtype))
+        if weight is not None:
+            y = y * weight
+        return y if bias is None else y + bias
+    import torch.nn.functional as F
+
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def gelu(x: Any) -> Any:
+    """The Gaussian error linear unit ``x * Phi(x) = x (1 + erf(x / sqrt 2)) / 2`` (exact,
+    as ``torch.nn.functional.gelu``'s default), on NumPy arrays and torch tensors."""
+    if isinstance(x, np.ndarray):
+        erf = np.frompyfunc(math.erf, 1, 1)
+        return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)).astype(x.dtype))).astype(x.dtype)
+    import torch.nn.functional as F
+
+    return F.gelu(x)
+
+
+def _relu(x: Any) -> Any:
+    return np.maximum(x, np.zeros((), dtype=x.dtype)) if isinstance(x, np.ndarray) \
+        else sys.modules["torch"].relu(x)
+
+
+def _activation(name: str) -> Any:
+    return gelu if name == "gelu" else _relu
+
+
+def feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: str = "gelu",
+                 drop: Dropout | None = None) -> Any:
+    """The position-wise feed-forward layer ``act(x W_1 + b_1) W_2 + b_2``.
+
+    Each row (token) goes through the same two-layer network, independently of the others.
+    Read with the row view of a matrix product: ``x W_1`` scores the row against the
+    ``d_ff`` columns of ``W_1`` (keys), and ``h W_2`` adds up the ``d_ff`` rows of ``W_2``
+    (values), each weighted by its activated score.
+
+    Parameters
+    ----------
+    x : array, shape ``(..., n, d_model)``
+    w_1 : array, shape ``(d_model, d_ff)``; b_1 : shape ``(d_ff,)`` or None
+    w_2 : array, shape ``(d_ff, d_model)``; b_2 : shape ``(d_model,)`` or None
+    activation : {"relu", "gelu"}, default "gelu"
+    drop : Dropout, optional
+        Dropout after the activation (the checked setting of
+        :func:`attncore.dropout.check_dropout`).
+
+    Returns
+    -------
+    array, shape ``(..., n, d_model)``
+    """
+    h = x @ w_1
+    if b_1 is not None:
+        h = h + b_1
+    h = _activation(activation)(h)
+    if drop is not None:
+        h = apply_dropout(h, drop)
+    y = h @ w_2
+    return y if b_2 is None else y + b_2
+
+
+# --- parameters -----------------------------------------------------------------------------
+
+@dataclass
+class TransformerBlockParams:
+    """Weights of one transformer block (all NumPy arrays or all torch tensors).
+
+    Attributes
+    ----------
+    attn : MultiHeadParams
+        The self-attention layer (``d_kv = d_model``).
+    ln1_weight, ln1_bias : arrays of shape ``(d_model,)`` (the bias may be None)
+        LayerNorm of the attention sub-layer (before it when ``norm_first``, after the
+        residual sum otherwise).
+    ln2_weight, ln2_bias : arrays of shape ``(d_model,)`` (the bias may be None)
+        LayerNorm of the feed-forward sub-layer.
+    w_ff1 : array, shape ``(d_model, d_ff)``; b_ff1 : ``(d_ff,)`` or None
+    w_ff2 : array, shape ``(d_ff, d_model)``; b_ff2 : ``(d_model,)`` or None
+    norm_first : bool
+        Pre-norm (True) or post-norm (False).
+    activation : {"relu", "gelu"}
+    eps : float
+        LayerNorm's epsilon (PyTorch's default 1e-5).
+
+    Raises
+    ------
+    TypeError
+        ``attn`` not a :class:`MultiHeadParams`; mixed libraries or dtypes; a flag that is
+        not a bool.
+    ValueError
+        A shape that does not fit ``d_model`` and ``d_ff``, a cross-attention layer, an
+        unknown activation, a non-positive ``eps``, some biases given and others not.
+    """
+
+    attn: MultiHeadParams
+    ln1_weight: Any
+    ln1_bias: Any
+    ln2_weight: Any
+    ln2_bias: Any
+    w_ff1: Any
+    b_ff1: Any
+    w_ff2: Any
+    b_ff2: Any
+    norm_first: bool = True
+    activation: str = "gelu"
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attn, MultiHeadParams):
+            raise TypeError(f"attn: expected a MultiHeadParams, got {type(self.attn).__name__}")
+        arrays = {n: getattr(self, n) for n in _FF_FIELDS}
+        for name in ("ln1_weight", "ln2_weight", "w_ff1", "w_ff2"):
+            if arrays[name] is None:
+                raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got None "
+                                f"(only the biases may be None)")
+        backend_of(attn=self.attn.w_q, **arrays)
+        for name, x in arrays.items():
+            if x is not None:
+                check_floating(name, x)
+        check_same_dtype(attn=self.attn.w_q, **arrays)
+        d = self.attn.d_model
+        if self.attn.d_kv != d:
+            raise ValueError(f"attn: expected a self-attention layer (d_kv == d_model), got "
+                             f"d_kv={self.attn.d_kv}, d_model={d}")
+        w1 = shape_of(self.w_ff1)
+        if len(w1) != 2 or w1[0] != d or w1[1] < 1:
+            raise ValueError(f"w_ff1: expected shape (d_model, d_ff) = ({d}, d_ff) with "
+                             f"d_ff >= 1, got {w1}")
+        d_ff = w1[1]
+        expected = {"ln1_weight": (d,), "ln1_bias": (d,), "ln2_weight": (d,), "ln2_bias": (d,),
+                    "b_ff1": (d_ff,), "w_ff2": (d_ff, d), "b_ff2": (d,)}
+        for name, shape in expected.items():
+            x = arrays[name]
+            if x is not None and shape_of(x) != shape:
+                raise ValueError(f"{name}: expected shape {shape} for d_model={d}, d_ff={d_ff}, "
+                                 f"got {shape_of(x)}")
+        biases = {n: arrays[n] is None for n in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2")}
+        biases.update({"attn.b_q": self.attn.b_q is None})
+        if len(set(biases.values())) > 1:
+            raise ValueError("expected all biases (LayerNorm, feed-forward, attention) or none, "
+                             "got " + ", ".join(f"{n}={'None' if m else 'array'}"
+                                                for n, m in biases.items()))
+        self.norm_first = check_flag("norm_first", self.norm_first)
+        check_activation(self.activation)
+        if isinstance(self.eps, (bool, np.bool_)) or not isinstance(self.eps, (int, float)) \
+                or not 0 < self.eps < math.inf:
+            raise ValueError(f"eps: expected a positive finite number, got {self.eps!r}")
+
+    @property
+    def d_model(self) -> int:
+        """Width of the residual stream."""
+        return self.attn.d_model
+
+    @property
+    def d_ff(self) -> int:
+        """Width of the feed-forward layer's hidden layer."""
+        return int(self.w_ff1.shape[1])
+
+    @property
+    def num_heads(self) -> int:
+        return self.attn.num_heads
+
+    @property
+    def backend(self) -> str:
+        """``"numpy"`` or ``"torch"``."""
+        return self.attn.backend
+
+    def tensors(self) -> list[Any]:
+        """Every weight and bias present, in a fixed order (the attention layer's first)."""
+        attn = [getattr(self.attn, n) for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
+                                                "b_v", "b_o")]
+        own = [getattr(self, n) for n in _FF_FIELDS]
+        return [x for x in attn + own if x is not None]
+
+    def num_parameters(self) -> int:
+        """Number of scalars in all weights and biases."""
+        return sum(int(np.prod(shape_of(x))) for x in self.tensors())
+
+
+def check_activation(activation: Any) -> str:
+    """Return ``activation``: ``ValueError`` unless it is ``"relu"`` or ``"gelu"``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected 'relu' or 'gelu', got {activation!r}")
+    return activation
+
+
+def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_first: bool = True,
+                           activation: str = "gelu", bias: bool = True,
+                           n_kv_heads: int | None = None, seed: int = 0,
+                           dtype: Any = np.float64, backend: str = NUMPY,
+                           device: Any = None) -> TransformerBlockParams:
+    """Seeded parameters for a transformer block.
+
+    The attention layer is :func:`~attncore.init_multihead` with ``seed``; the feed-forward
+    weights are drawn as ``torch.nn.Linear`` draws its own, ``U(-1/sqrt(fan_in),
+    1/sqrt(fan_in))``, from NumPy's ``default_rng(seed + 1)`` (the same numbers on every
+    backend); the LayerNorms start at gain 1 and shift 0; biases at 0.
+
+    Parameters
+    ----------
+    d_model : int
+        Width of the residual stream, ``>= 1``.
+    num_heads : int
+        Attention heads, a divisor of ``d_model``.
+    d_ff : int
+        Width of the feed-forward layer, ``>= 1`` (usually ``4 * d_model``).
+    norm_first : bool, default True
+        Pre-norm (True) or post-norm (False).
+    activation : {"relu", "gelu"}, default "gelu"
+    bias : bool, default True
+        Biases in the attention and feed-forward layers and shifts in the LayerNorms
+        (``torch.nn.TransformerEncoderLayer``'s ``bias``).
+    n_kv_heads : int, optional
+        Key/value heads of the attention layer (grouped-query attention; default
+        ``num_heads``).
+    seed : int, default 0
+    dtype, backend, device
+        As in :func:`~attncore.init_multihead`.
+
+    Returns
+    -------
+    TransformerBlockParams
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`~attncore.init_multihead`, and for ``d_ff`` and ``activation``.
+    """
+    d_model = check_size("d_model", d_model)
+    num_heads = check_num_heads(num_heads, d_model)
+    if n_kv_heads is not None:
+        check_n_kv_heads(n_kv_heads, num_heads)
+    d_ff = check_size("d_ff", d_ff)
+    norm_first = check_flag("norm_first", norm_first)
+    activation = check_activation(activation)
+    bias = check_flag("bias", bias)
+    seed = check_size("seed", seed, minimum=0)
+    attn = init_multihead(d_model, num_heads, n_kv_heads=n_kv_heads, bias=bias, seed=seed,
+                          dtype=dtype, backend=backend, device=device)
+    rng = np.random.default_rng(seed + 1)
+
+    def linear(fan_in: int, fan_out: int) -> tuple[np.ndarray, np.ndarray]:
+        a = 1.0 / math.sqrt(fan_in)
+        return rng.uniform(-a, a, size=(fan_in, fan_out)), np.zeros(fan_out)
+
+    (w1, b1), (w2, b2) = linear(d_model, d_ff), linear(d_ff, d_model)
+    arrays = {"ln1_weight": np.ones(d_model), "ln1_bias": np.zeros(d_model),
+              "ln2_weight": np.ones(d_model), "ln2_bias": np.zeros(d_model),
+              "w_ff1": w1, "b_ff1": b1, "w_ff2": w2, "b_ff2": b2}
+    if not bias:
+        for name in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2"):
+            arrays[name] = None
+    np_dtype = _numpy_float_dtype(dtype, backend)
+    if backend == NUMPY:
+        conv = {n: None if a is None else a.astype(np_dtype) for n, a in arrays.items()}
+    else:
+        import torch
+
+        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
+        conv = {n: None if a is None else torch.tensor(a, dtype=tdtype, device=device)
+                for n, a in arrays.items()}
+    return TransformerBlockParams(attn, norm_first=norm_first, activation=activation, **conv)
+
+
+# --- the block ------------------------------------------------------------------------------
+
+def _check_block(params: Any, x: Any) -> None:
+    if not isinstance(params, TransformerBlockParams):
+        raise TypeError(f"params: expected a TransformerBlockParams (see "
+                        f"init_transformer_block and block_params_from_torch), got "
+                        f"{type(params).__name__}")
+    backend_of(params=params.attn.w_q, x=x)
+    check_floating("x", x)
+    check_min_rank("x", x, 2, "(..., n, d_model)")
+    check_same_dtype(params=params.attn.w_q, x=x)
+    if shape_of(x)[-1] != params.d_model:
+        raise ValueError(f"x: expected last axis d_model={params.d_model}, got shape "
+                         f"{shape_of(x)}")
+
+
+def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = None,
+                      causal: bool = False, dropout_p: float = 0.0,
+                      generator: Any = None) -> Any:
+    """One transformer block (see the module docstring for the two orders).
+
+    Parameters
+    ----------
+    params : TransformerBlockParams
+    x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+        The residual stream; the library, device and dtype of ``params``.
+    mask : boolean array broadcastable to ``(..., n, n)``, optional
+        Which keys each query may attend to (True = may attend), as in
+        :func:`~attncore.multi_head_attention`. A key padding mask of shape ``(batch,
+        n)`` is passed as ``mask[:, None, :]``.
+    causal : bool, default False
+        Each position attends only to itself and earlier ones (a decoder).
+    dropout_p : real number in ``[0, 1)``, default 0.0
+        Dropout, with PyTorch's semantics, at the four places of
+        ``nn.TransformerEncoderLayer``: on the attention weights, on each sub-layer's
+        output before it joins the residual stream, and after the feed-forward
+        activation. Training only: 0 (the default) is inference and changes nothing.
+    generator : numpy.random.Generator or torch.Generator, optional
+        The source of the dropout draws, matching the inputs' library.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`~attncore.multi_head_attention`; ``params`` not a
+        :class:`TransformerBlockParams`; a bad ``dropout_p`` or generator.
+    """
+    _check_block(params, x)
+    drop = check_dropout(dropout_p, generator, params.backend, like=x)
+    p = params
+
+    def attention(h: Any) -> Any:
+        out = multi_head_attention(p.attn, h, mask=mask, causal=causal,
+                                   dropout_p=0.0 if drop is None else drop.p,
+                                   generator=generator)
+        return out if drop is None else apply_dropout(out, drop)
+
+    def ffn(h: Any) -> Any:
+        out = feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation, drop)
+        return out if drop is None else apply_dropout(out, drop)
+
+    if p.norm_first:
+        x = x + attention(layer_norm(x, p.ln1_weight, p.ln1_bias, p.eps))
+        return x + ffn(layer_norm(x, p.ln2_weight, p.ln2_bias, p.eps))
+    x = layer_norm(x + attention(x), p.ln1_weight, p.ln1_bias, p.eps)
+    return layer_norm(x + ffn(x), p.ln2_weight, p.ln2_bias, p.eps)
+
+
+def block_decode_step(params: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
+    """One step of cached decoding through a causal block (no dropout: inference).
+
+    The attention sub-layer runs through :func:`~attncore.decode_step` with ``cache``;
+    the LayerNorms and the feed-forward layer act on each position alone, so they need no
+    cache. Equal, up to rounding, to the rows of ``transformer_block(params, x_all,
+    causal=True)`` at the new positions, where ``x_all`` is every input so far.
+
+    Parameters
+    ----------
+    params : TransformerBlockParams
+    x : array, shape ``(..., n, d_model)``, the new positions (``n >= 1``)
+    cache : KVCache
+        This block's cache (``KVCache.for_layer(params.attn, capacity, x.shape[:-2])``).
+
+    Returns
+    -------
+    array, shape ``(..., n, d_model)``
+    """
+    _check_block(params, x)
+    p = params
+    if p.norm_first:
+        x = x + decode_step(p.attn, layer_norm(x, p.ln1_weight, p.ln1_bias, p.eps), cache)
+        return x + feed_forward(layer_norm(x, p.ln2_weight, p.ln2_bias, p.eps), p.w_ff1,
+                                p.b_ff1, p.w_ff2, p.b_ff2, p.activation)
+    x = layer_norm(x + decode_step(p.attn, x, cache), p.ln1_weight, p.ln1_bias, p.eps)
+    return layer_norm(x + feed_forward(x, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation),
+                      p.ln2_weight, p.ln2_bias, p.eps)
+
+
+# --- torch.nn.TransformerEncoderLayer -------------------------------------------------------
+
+def block_params_from_torch(layer: Any) -> TransformerBlockParams:
+    """Copy the weights of a ``torch.nn.TransformerEncoderLayer(batch_first=True)``.
+
+    ``nn.Linear`` stores ``(out, in)``; attncore's feed-forward weights are ``(in, out)``,
+    the transposes. The attention layer is copied by :func:`~attncore.params_from_torch`.
+
+    Parameters
+    ----------
+    layer : torch.nn.TransformerEncoderLayer
+        With ``batch_first=True`` and a ReLU or (exact) GELU activation.
+
+    Returns
+    -------
+    TransformerBlockParams
+        Detached copies, on the layer's device and in its dtype.
+
+    Raises
+    ------
+    TypeError
+        ``layer`` is not a ``torch.nn.TransformerEncoderLayer``.
+    ValueError
+        ``batch_first=False``, an activation other than ReLU and exact GELU, or a
+        dropout rate above 0: :class:`TransformerBlockParams` holds weights, and dropout
+        is an argument of each call (``transformer_block(..., dropout_p=...)``), so a rate
+        would be dropped silently (as :func:`~attncore.params_from_torch` refuses it too).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(layer, torch.nn.TransformerEncoderLayer):
+        raise TypeError(f"layer: expected a torch.nn.TransformerEncoderLayer, got "
+                        f"{type(layer).__name__}")
+    if not layer.self_attn.batch_first:
+        raise ValueError("layer: expected torch.nn.TransformerEncoderLayer(batch_first=True), "
+                         "got batch_first=False")
+    act = layer.activation
+    F = torch.nn.functional
+    if act is F.relu or isinstance(act, torch.nn.ReLU):
+        activation = "relu"
+    elif act is F.gelu or (isinstance(act, torch.nn.GELU) and act.approximate == "none"):
+        activation = "gelu"
+    else:
+        raise ValueError(f"layer: expected activation relu or gelu (exact), got {act!r}")
+    rates = {"dropout": layer.dropout.p, "dropout1": layer.dropout1.p,
+             "dropout2": layer.dropout2.p, "self_attn.dropout": layer.self_attn.dropout}
+    if any(rates.values()):
+        raise ValueError(f"layer: expected dropout=0.0, got {rates}: attncore's block holds "
+                         f"weights only and takes dropout_p as an argument of "
+                         f"transformer_block; build the layer with dropout=0.0 and copy "
+                         f"the weights")
+    if layer.norm1.eps != layer.norm2.eps:
+        raise ValueError(f"layer: expected one LayerNorm eps, got {layer.norm1.eps} and "
+                         f"{layer.norm2.eps}")
+
+    def copy(t: Any) -> Any:
+        return None if t is None else t.detach().clone()
+
+    return TransformerBlockParams(
+        params_from_torch(layer.self_attn),
+        ln1_weight=copy(layer.norm1.weight), ln1_bias=copy(layer.norm1.bias),
+        ln2_weight=copy(layer.norm2.weight), ln2_bias=copy(layer.norm2.bias),
+        w_ff1=layer.linear1.weight.detach().T.clone(), b_ff1=copy(layer.linear1.bias),
+        w_ff2=layer.linear2.weight.detach().T.clone(), b_ff2=copy(layer.linear2.bias),
+        norm_first=bool(layer.norm_first), activation=activation, eps=float(layer.norm1.eps))
+
+
+def block_params_to_torch(params: TransformerBlockParams) -> Any:
+    """Build a ``torch.nn.TransformerEncoderLayer(batch_first=True, dropout=0.0)`` holding
+    ``params``' weights; the inverse of :func:`block_params_from_torch`.
+
+    NumPy parameters become CPU tensors; torch parameters keep their device and dtype.
+    The layer's dropout is 0 (set ``layer.dropout.p`` and the others to train with it).
+
+    Raises
+    ------
+    TypeError
+        ``params`` is not a :class:`TransformerBlockParams`.
+    ValueError
+        Grouped-query attention (``n_kv_heads < num_heads``), which the torch layer
+        cannot hold.
+    """
+    import torch
+
+    if not isinstance(params, TransformerBlockParams):
+        raise TypeError(f"params: expected a TransformerBlockParams, got "
+                        f"{type(params).__name__}")
+    mha = params_to_torch(params.attn)
+    p = params
+    as_t = (lambda a: torch.as_tensor(a)) if p.backend == NUMPY else (lambda a: a.detach())
+    w = as_t(p.w_ff1)
+    layer = torch.nn.TransformerEncoderLayer(
+        p.d_model, p.num_heads, p.d_ff, dropout=0.0, activation=p.activation,
+        layer_norm_eps=p.eps, batch_first=True, norm_first=p.norm_first,
+        bias=p.b_ff1 is not None, device=w.device, dtype=w.dtype)
+    layer.self_attn = mha
+    with torch.no_grad():
+        layer.linear1.weight.copy_(as_t(p.w_ff1).T)
+        layer.linear2.weight.copy_(as_t(p.w_ff2).T)
+        layer.norm1.weight.copy_(as_t(p.ln1_weight))
+        layer.norm2.weight.copy_(as_t(p.ln2_weight))
+        if p.b_ff1 is not None:
+            layer.linear1.bias.copy_(as_t(p.b_ff1))
+            layer.linear2.bias.copy_(as_t(p.b_ff2))
+            layer.norm1.bias.copy_(as_t(p.ln1_bias))
+            layer.norm2.bias.copy_(as_t(p.ln2_bias))
+    return layer
+

@@ -1,0 +1,114 @@
+"""The capstone's language model: cached generation equals recomputation; its lab."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attncore as ac
+from attncore.lab import language as lab
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 5), (0.0, None)])
+def test_cached_generation_equals_recomputing_the_prefix_numpy(temperature, top_k):
+    m = ac.init_language_model(40, 16, 4, 32, 2, 30, seed=1)
+    prompt = np.array([[1, 2, 3], [7, 7, 9]])
+    a = ac.generate(m, prompt, 25, temperature=temperature, top_k=top_k,
+                    generator=np.random.default_rng(3))
+    b = ac.generate(m, prompt, 25, temperature=temperature, top_k=top_k,
+                    generator=np.random.default_rng(3), use_cache=False)
+    assert a.shape == (2, 28) and np.array_equal(a, b)
+    assert np.array_equal(a[:, :3], prompt)
+
+
+def test_cached_generation_equals_recomputing_the_prefix_torch():
+    m = ac.init_language_model(40, 16, 4, 32, 2, 30, seed=1, backend="torch",
+                               dtype=torch.float32)
+    a = ac.generate(m, [5, 6], 20, generator=torch.Generator().manual_seed(0))
+    b = ac.generate(m, [5, 6], 20, generator=torch.Generator().manual_seed(0),
+                    use_cache=False)
+    assert np.array_equal(a, b)
+
+
+def test_top_k_one_is_greedy_and_logits_are_causal():
+    m = ac.init_language_model(40, 16, 4, 32, 2, 30, seed=2)
+    g = ac.generate(m, [3], 10, temperature=0.0)
+    assert np.array_equal(g, ac.generate(m, [3], 10, top_k=1,
+                                         generator=np.random.default_rng(0)))
+    ids = np.array([1, 2, 3, 4, 5])
+    full = ac.lm_logits(m, ids)
+    np.testing.assert_allclose(ac.lm_logits(m, ids[:3]), full[:3], rtol=1e-10, atol=1e-12)
+    # the head is tied: logits are the final state times E^T
+    assert m.num_parameters() == 40 * 16 + 30 * 16 + sum(
+        b.num_parameters() for b in m.blocks) + 2 * 16
+
+
+def test_generate_checks_its_arguments():
+    m = ac.init_language_model(40, 16, 4, 32, 1, 10, seed=2)
+    with pytest.raises(ValueError, match=r"prompt_ids: expected ids in \[0, 40\)"):
+        ac.generate(m, [-1], 2)
+    with pytest.raises(ValueError, match="n_new: expected n0 \\+ n_new <= max_len=10"):
+        ac.generate(m, [1, 2], 9)
+    with pytest.raises(ValueError, match="temperature: expected a finite number >= 0"):
+        ac.generate(m, [1], 2, temperature=-1.0)
+    with pytest.raises(TypeError, match="generator: expected a numpy.random.Generator"):
+        ac.generate(m, [1], 2, generator=torch.Generator())
+    with pytest.raises(ValueError, match="top_k: expected a positive integer"):
+        ac.generate(m, [1], 2, top_k=0)
+
+
+def test_torch_nn_reference_model_equals_attncore_model():
+    m = ac.init_language_model(30, 16, 4, 32, 2, 12, seed=0, backend="torch",
+                               dtype=torch.float64)
+    ref = lab.torch_reference_model(m).eval()
+    ids = torch.randint(0, 30, (3, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ref(ids), ac.lm_logits(m, ids), rtol=1e-10, atol=1e-10)
+
+
+def test_checkpoint_round_trip_and_the_safetensors_format(tmp_path):
+    config = lab.LMConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1, seq_len=16,
+                          batch_size=4, steps=3)
+    model, losses = lab.train_language_model(config)
+    path = tmp_path / "m.safetensors"
+    lab.save_checkpoint(path, model, config, losses)
+    back, config2, losses2 = lab.load_checkpoint(path)
+    assert config2 == config and losses2 == losses
+    ids = np.arange(10) % 5
+    with torch.no_grad():
+        np.testing.assert_allclose(ac.lm_logits(back, ids).numpy(),
+                                   ac.lm_logits(model, ids).numpy(), rtol=1e-5, atol=1e-5)
+    from safetensors.numpy import load_file        # the real library reads our file
+    assert set(load_file(str(path))) == set(lab.read_safetensors(path)[0])
+
+
+def test_shipped_checkpoint_is_reproduced_by_its_script(tmp_path, capsys):
+    """The first steps of scripts/train_capstone.py's run give the losses the shipped file
+    stores (float64 training: equal to far more digits than any chapter prints)."""
+    import importlib.util
+    from pathlib import Path
+
+    _, config, losses = lab.load_checkpoint(lab.shipped_checkpoint())
+    assert config == lab.CAPSTONE_CONFIG and len(losses) == config.steps
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_capstone.py"
+    spec = importlib.util.spec_from_file_location("train_capstone", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "first_steps.safetensors"
+    assert script.main(["--steps", "3", "--out", str(out)]) == 0
+    _, config3, first = lab.load_checkpoint(out)
+    assert config3 == config and len(first) == 3
+    np.testing.assert_allclose(first, losses[:3], rtol=1e-9)
+
+
+def test_bigram_baseline_and_gradient_norms():
+    tok, train, val = lab.corpus()
+    assert tok.decode(tok.encode("def f(x):")) == "def f(x):"
+    loss = lab.bigram_loss(train, val, tok.vocab_size)
+    assert 2.0 < loss < np.log(tok.vocab_size)
+    pre = lab.gradient_norms_through_depth(3, norm_first=True, n=8, batch=2)
+    post = lab.gradient_norms_through_depth(3, norm_first=False, n=8, batch=2)
+    assert pre.shape == post.shape == (3,) and np.isfinite(pre).all() and (post > 0).all()
+    # post-norm puts more of the gradient on the top block than pre-norm does
+    assert post[-1] / post[0] > pre[-1] / pre[0]
