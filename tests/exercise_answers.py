@@ -37,13 +37,13 @@ ANSWERS: dict[str, Answers] = {
         right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
         wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
     # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
-    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "512"},
-                                    wrong={"my_threshold_d_k": "256"}),
+    "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "448"},
+                                    wrong={"my_threshold_d_k": "384"}),
     "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
                                    wrong={"my_gap": "4.6"}),
     "ex-sqrt-dk-general-moments": Answers(
-        right={"my_mean": "-32", "my_var": "384", "my_second_moment": "1408"},
-        wrong={"my_var": "256"}),        # var(q_i) var(k_i) alone, without the mean terms
+        right={"my_mean": "-32", "my_var": "648", "my_second_moment": "1672"},
+        wrong={"my_var": "128"}),        # var(q_i) var(k_i) alone, without the mean terms
     "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
                                     wrong={"my_scaled_score_var": "1.0"}),
     # --- end of chapter 2 -----------------------------------------------------------------
@@ -52,9 +52,9 @@ ANSWERS: dict[str, Answers] = {
         right={"w": "[-1.0, 3.0, 1.0]"},
         wrong={"w": "[1.0, 2.0, 0.0]"}),                 # row 1 of A: the boxed-rows reading
     "ex-matmul-views-flops": Answers(
-        right={"flops_one_head": "3 * 2 * 5 * 512 * 512 + 2 * (2 * 5 * 5 * 512)",
-               "n_equal": "768"},
-        wrong={"flops_one_head": "3 * 5 * 512 * 512 + 2 * 5 * 5 * 512"}),   # MACs, not flops
+        right={"flops_one_head": "3 * 2 * 10 * 768 * 64 + 2 * (2 * 10 * 10 * 64)",
+               "n_equal": "1152"},
+        wrong={"flops_one_head": "3 * 10 * 768 * 64 + 2 * 10 * 10 * 64"}),   # MACs, not flops
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
@@ -65,7 +65,7 @@ ANSWERS: dict[str, Answers] = {
     "ex-sdpa-prefer-other": Answers(
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
-        wrong={"my_W_K": "[[2.0, 0.0], [0.0, 2.0]]"}),   # W_K = 2 W_Q: still prefers itself
+        wrong={"my_W_K": "[[0.0, 1.0], [1.0, 2.0]]"}),   # only token 1 prefers the other
     "ex-sdpa-your-attention": Answers(
         # (/ math.sqrt: a Python float keeps float32 scores float32; NumPy 2 promotes
         # them to float64 with np.sqrt's NumPy float64, which preserves_dtype reports)

@@ -427,3 +427,99 @@ def test_jupyterlab_renders_myst_wherever_the_course_installs_it():
         assert re.search(r"^jupyterlab-myst==2\.7\.0\s*$", text, re.M), f"{path}: no jupyterlab-myst"
         assert re.search(r"^jupyterlab>=4\.5,<4\.6\s*$", text, re.M), \
             f"{path}: JupyterLab must be pinned to 4.5 for jupyterlab-myst 2.7.0"
+
+
+# --- Each chapter's closing "Next" line, against the order of _toc.yml ---------------------------
+
+def chapter_order() -> list[str]:
+    """The stems (``chapters/NN_slug``) of the chapter notebooks in _toc.yml's reading order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    order = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("file", "")).startswith("chapters/"):
+                order.append(str(Path(node["file"]).with_suffix("")))
+            for key in ("parts", "chapters", "sections"):
+                walk(node.get(key, []))
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    return order
+
+
+def chapter_title(stem: str) -> str:
+    """The text of a chapter notebook's first ``# `` heading."""
+    for _, md in markdown_cells(ROOT / f"{stem}.ipynb"):
+        m = re.search(r"^# (.+)$", md, re.M)
+        if m:
+            return m.group(1).strip()
+    raise AssertionError(f"{stem} has no '# ' title")
+
+
+def summary_of(nb: Path) -> str:
+    """The text of a chapter's ``## Summary`` section, up to the next ``## `` heading."""
+    for _, md in markdown_cells(nb):
+        m = re.search(r"^## Summary[ \t]*$", md, re.M)
+        if m:
+            return re.split(r"^## ", md[m.end():], maxsplit=1, flags=re.M)[0]
+    raise AssertionError(f"{nb.name} has no '## Summary' section")
+
+
+NEXT_LINE = re.compile(r"Next: \[chapter (\d+), ([^\]]+)\]\(([^)\s]+)\)")
+
+
+def next_line_problem(summary: str, next_stem: str | None, next_title: str | None) -> str | None:
+    """What is wrong with a Summary's closing "Next" paragraph; None when it is right.
+
+    The last paragraph of the Summary reads "Next: [chapter N, Title](NN_slug.ipynb)...", where
+    NN_slug is the chapter that follows in _toc.yml, N its number and Title the beginning of its
+    title; the last chapter of the book has no "Next" paragraph.
+    """
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", summary) if p.strip()]
+    last = paragraphs[-1] if paragraphs else ""
+    mentions = re.findall(r"^\s*(?:- )?Next\b.*$", summary, re.M)
+    if next_stem is None:
+        return f"the last chapter has a 'Next' line: {mentions}" if mentions else None
+    m = NEXT_LINE.match(last)
+    if not m:
+        return (f"the Summary should end with a paragraph 'Next: [chapter N, Title]"
+                f"({Path(next_stem).name}.ipynb)...', got {last[:80]!r}")
+    number, title, target = m.groups()
+    want = Path(next_stem).name
+    if target != f"{want}.ipynb":
+        return f"'Next' links to {target}; the next chapter in _toc.yml is {want}.ipynb"
+    if int(number) != int(want[:2]):
+        return f"'Next' says chapter {number}; {want} is chapter {int(want[:2])}"
+    if not next_title.casefold().startswith(title.strip().casefold()):
+        return f"'Next' calls it {title!r}; its title is {next_title!r}"
+    if len(mentions) != 1:
+        return f"the Summary has {len(mentions)} 'Next' lines: {mentions}"
+    return None
+
+
+@pytest.mark.parametrize("stem", chapter_order(), ids=lambda s: Path(s).name)
+def test_each_chapter_ends_its_summary_with_the_next_chapter(stem):
+    order = chapter_order()
+    i = order.index(stem)
+    following = order[i + 1] if i + 1 < len(order) else None
+    problem = next_line_problem(summary_of(ROOT / f"{stem}.ipynb"), following,
+                                following and chapter_title(following))
+    assert problem is None, f"{Path(stem).name}: {problem}"
+
+
+def test_next_line_check_catches_what_it_should():
+    good = "- a point.\n\nNext: [chapter 5, Multi-head attention](05_multi_head_attention.ipynb):\nmore."
+    args = ("chapters/05_multi_head_attention", "Multi-head attention")
+    assert next_line_problem(good, *args) is None
+    for bad in (good.replace("05_multi", "06_multi"),                # the wrong file
+                good.replace("chapter 5,", "chapter 7,"),            # the wrong number
+                good.replace("Multi-head attention]", "Positions]"),  # the wrong title
+                "- a point.\n- Next: [chapter 5](05_multi_head_attention.ipynb) says more.",
+                good + "\n\n- one more point after it.",                # not the last paragraph
+                "- a point."):                                          # no Next line at all
+        assert next_line_problem(bad, *args) is not None, bad
+    assert next_line_problem("- a point.", None, None) is None        # the last chapter
+    assert next_line_problem(good, None, None) is not None

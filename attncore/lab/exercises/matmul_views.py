@@ -47,6 +47,11 @@ def row_weights(w: Any) -> Verdict:
                          "view reads off; the solution says why several weights work.")
 
 
+# Exercise ex-matmul-views-flops: one head of GPT-2 small's sizes on ten tokens (not the
+# five-word example, whose products the chapter counts before the exercise).
+FLOPS_HEAD = dict(n=10, d_model=768, d_k=64, d_v=64)
+
+
 def _one_head_flops(n: int, d_model: int, d_k: int, d_v: int) -> tuple[int, int]:
     """(projections Q, K, V; the two n x n products) for one head."""
     projections = (2 * matmul_flops(n, d_model, d_k) + matmul_flops(n, d_model, d_v))
@@ -56,11 +61,9 @@ def _one_head_flops(n: int, d_model: int, d_k: int, d_v: int) -> tuple[int, int]
 
 @exercise("ex-matmul-views-flops")
 def flops_of_one_head(flops_one_head: Any, n_equal: Any) -> Verdict:
-    """Total flops of the five products of the five-word head, and the n at which the two
-    n x n products cost as much as the three projections (d_model = d_k = d_v = 512)."""
-    ex = five_word_example()
-    n, d_model = ex.X.shape
-    d_k, d_v = ex.W_Q.shape[1], ex.W_V.shape[1]
+    """Total flops of the five products of one head of ``FLOPS_HEAD``'s sizes, and the n at
+    which the two n x n products cost as much as the three projections."""
+    n, d_model, d_k, d_v = (FLOPS_HEAD[key] for key in ("n", "d_model", "d_k", "d_v"))
     projections, attention = _one_head_flops(n, d_model, d_k, d_v)
     details = []
     total_ok = isinstance(flops_one_head, (int, float, np.integer, np.floating)) \

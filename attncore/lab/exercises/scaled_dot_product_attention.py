@@ -81,9 +81,10 @@ def _as_matrix(answer: Any, shape: tuple[int, int], what: str) -> np.ndarray | s
 
 
 @exercise("ex-sdpa-prefer-other")
-def prefer_another_token(x: Any, w_q: Any, w_k: Any) -> Verdict:
-    """Two tokens in R^2 (rows of x) and W_Q != W_K such that token 1 gives more attention
-    weight to token 2 than to itself."""
+def prefer_each_other(x: Any, w_q: Any, w_k: Any) -> Verdict:
+    """Two tokens in R^2 (rows of x) and W_Q != W_K such that each token gives more attention
+    weight to the other than to itself (a12 > a11 and a21 > a22): the mutual preference that
+    tied projections forbid. One token preferring another is possible with W_Q = W_K too."""
     parts = [_as_matrix(x, (2, 2), "x (one token per row)"),
              _as_matrix(w_q, (2, 2), "W_Q"), _as_matrix(w_k, (2, 2), "W_K")]
     problems = [p for p in parts if isinstance(p, str)]
@@ -96,12 +97,19 @@ def prefer_another_token(x: Any, w_q: Any, w_k: Any) -> Verdict:
     if np.array_equal(w_q, w_k):
         return Verdict(False, "the exercise asks for W_K different from W_Q: the point is "
                               "what separate projections allow.")
-    if weights[0, 1] > weights[0, 0]:
-        return Verdict(True, f"token 1 gives {weights[0, 1]:.3f} of its weight to token 2 "
-                             f"and {weights[0, 0]:.3f} to itself.")
-    return Verdict(False, f"token 1 gives {weights[0, 0]:.3f} of its weight to itself and "
-                          f"{weights[0, 1]:.3f} to token 2; make its query point more "
-                          "towards key 2 than towards key 1.")
+    first = weights[0, 1] > weights[0, 0]
+    second = weights[1, 0] > weights[1, 1]
+    said = (f"token 1 gives {weights[0, 1]:.3f} to token 2 and {weights[0, 0]:.3f} to "
+            f"itself; token 2 gives {weights[1, 0]:.3f} to token 1 and {weights[1, 1]:.3f} "
+            "to itself")
+    if first and second:
+        return Verdict(True, f"each token prefers the other: {said}.")
+    if first or second:
+        return Verdict(False, f"only one token prefers the other ({said}); that much is "
+                              "possible with W_Q = W_K too. Make both queries point more "
+                              "towards the other token's key than towards their own.")
+    return Verdict(False, f"neither token prefers the other ({said}); make each query point "
+                          "more towards the other token's key than towards its own.")
 
 
 @exercise("ex-sdpa-your-attention")
