@@ -21,6 +21,11 @@ settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True
                           print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
+# Triton (attncore.triton, chapter 14) chooses between compiling and interpreting its kernels
+# when it is imported: without a GPU, its interpreter, whichever test imports it first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 BACKENDS = ["numpy", "torch-cpu"] + (["torch-cuda"] if torch.cuda.is_available() else [])
 DTYPES = [np.float32, np.float64]
 # Agreement promised between implementations (attncore's backends, PyTorch's own).
