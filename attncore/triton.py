@@ -77,56 +77,62 @@ MAX_HEAD_DIM = 256
 # picks the (batch, head), program_id(0) the tile.
 
 def _forward_kernel(Q, K, V, O, LSE, n_q, n_k, d_k, d_v, scale,
-                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
-                    PRECISION: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
-    head = tl.program_id(1)
-    Q += head * n_q * d_k                     # this (batch, head)'s rows
+                    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
+                    BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M      # this program's first query
+    head = tl.program_id(1)                   # and its (batch, head)
+    Q += head * n_q * d_k
     K += head * n_k * d_k
     V += head * n_k * d_v
     O += head * n_q * d_v
     LSE += head * n_q
-    rows = start_m + tl.arange(0, BLOCK_M)    # the query rows of this program
+    rows = start_m + tl.arange(0, BLOCK_M)    # its query rows
     ck = tl.arange(0, BLOCK_DK)               # columns of q and k
     cv = tl.arange(0, BLOCK_DV)               # columns of v and out
-    # One load of the query tile; rows past n_q (the last tile) and columns past d read 0.
+    # the query tile, loaded once; past n_q and past d_k it reads 0
     q = tl.load(Q + rows[:, None] * d_k + ck[None, :],
-                mask=(rows[:, None] < n_q) & (ck[None, :] < d_k), other=0.0)
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)      # running row maximum
-    l = tl.zeros([BLOCK_M], tl.float32)                     # running row sum
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)         # running weighted sum of v
+                mask=(rows[:, None] < n_q) & (ck[None, :] < d_k),
+                other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)    # running P V
     end = n_k
-    if CAUSAL:      # query i sees keys 0..i: the last tile seen holds key start_m + BLOCK_M - 1
+    if CAUSAL:      # the last query of the tile sees keys up to its own
         end = tl.minimum(start_m + BLOCK_M, n_k)
     for start_n in range(0, end, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)
+        cols = start_n + tl.arange(0, BLOCK_N)          # the key tile
         k = tl.load(K + cols[:, None] * d_k + ck[None, :],
-                    mask=(cols[:, None] < n_k) & (ck[None, :] < d_k), other=0.0)
+                    mask=(cols[:, None] < n_k) & (ck[None, :] < d_k),
+                    other=0.0)
         v = tl.load(V + cols[:, None] * d_v + cv[None, :],
-                    mask=(cols[:, None] < n_k) & (cv[None, :] < d_v), other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale   # (BLOCK_M, BLOCK_N)
-        allowed = cols[None, :] < n_k            # keys past n_k are not keys
+                    mask=(cols[:, None] < n_k) & (cv[None, :] < d_v),
+                    other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        allowed = cols[None, :] < n_k         # past n_k: not keys
         if CAUSAL:
             allowed = allowed & (cols[None, :] <= rows[:, None])
         s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))      # finite: key 0 is in the first tile
-        alpha = tl.exp(m - m_new)                # rescales what was summed so far
+        m_new = tl.maximum(m, tl.max(s, 1))   # finite: key 0 comes first
+        alpha = tl.exp(m - m_new)             # rescales the sums so far
         p = tl.exp(s - m_new[:, None])
         l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + pv
         m = m_new
     out = acc / l[:, None]
-    tl.store(O + rows[:, None] * d_v + cv[None, :], out.to(O.dtype.element_ty),
+    tl.store(O + rows[:, None] * d_v + cv[None, :],
+             out.to(O.dtype.element_ty),
              mask=(rows[:, None] < n_q) & (cv[None, :] < d_v))
     tl.store(LSE + rows, m + tl.log(l), mask=rows < n_q)
 
 
-def _backward_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, d_k, d_v, scale,
+def _backward_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV,
+                          n_q, n_k, d_k, d_v, scale,
                           CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
                           BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
-    start_n = tl.program_id(0) * BLOCK_N
+    start_n = tl.program_id(0) * BLOCK_N      # this program's first key
     head = tl.program_id(1)
     Q += head * n_q * d_k
     K += head * n_k * d_k
@@ -136,45 +142,54 @@ def _backward_dkdv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, n_q, n_k, d_k, d_v, s
     DV += head * n_k * d_v
     LSE += head * n_q
     DELTA += head * n_q
-    cols = start_n + tl.arange(0, BLOCK_N)    # the keys of this program
+    cols = start_n + tl.arange(0, BLOCK_N)    # its keys
     ck = tl.arange(0, BLOCK_DK)
     cv = tl.arange(0, BLOCK_DV)
     k_mask = (cols[:, None] < n_k) & (ck[None, :] < d_k)
     v_mask = (cols[:, None] < n_k) & (cv[None, :] < d_v)
-    k = tl.load(K + cols[:, None] * d_k + ck[None, :], mask=k_mask, other=0.0)
-    v = tl.load(V + cols[:, None] * d_v + cv[None, :], mask=v_mask, other=0.0)
+    k = tl.load(K + cols[:, None] * d_k + ck[None, :], mask=k_mask,
+                other=0.0)
+    v = tl.load(V + cols[:, None] * d_v + cv[None, :], mask=v_mask,
+                other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_DK], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     begin = 0
-    if CAUSAL:      # query rows before this key tile's tile of rows cannot see its keys
+    if CAUSAL:      # query tiles before this key tile's row cannot see it
         begin = (start_n // BLOCK_M) * BLOCK_M
     for start_m in range(begin, n_q, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)
+        rows = start_m + tl.arange(0, BLOCK_M)        # a query tile
         q = tl.load(Q + rows[:, None] * d_k + ck[None, :],
-                    mask=(rows[:, None] < n_q) & (ck[None, :] < d_k), other=0.0)
+                    mask=(rows[:, None] < n_q) & (ck[None, :] < d_k),
+                    other=0.0)
         do = tl.load(DO + rows[:, None] * d_v + cv[None, :],
-                     mask=(rows[:, None] < n_q) & (cv[None, :] < d_v), other=0.0)
+                     mask=(rows[:, None] < n_q) & (cv[None, :] < d_v),
+                     other=0.0)
         lse = tl.load(LSE + rows, mask=rows < n_q, other=0.0)
         delta = tl.load(DELTA + rows, mask=rows < n_q, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         allowed = (rows[:, None] < n_q) & (cols[None, :] < n_k)
         if CAUSAL:
             allowed = allowed & (cols[None, :] <= rows[:, None])
-        p = tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)   # the weights, recomputed
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # the block of dA
-        ds = p * (dp - delta[:, None])
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+        p = tl.where(allowed, tl.exp(s - lse[:, None]), 0.0)  # weights
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do,
+                     input_precision=PRECISION)               # P^T dO
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])                 # P o (dP - D)
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q,
+                     input_precision=PRECISION)               # dS^T Q
     dk = dk * scale
-    tl.store(DK + cols[:, None] * d_k + ck[None, :], dk.to(DK.dtype.element_ty), mask=k_mask)
-    tl.store(DV + cols[:, None] * d_v + cv[None, :], dv.to(DV.dtype.element_ty), mask=v_mask)
+    tl.store(DK + cols[:, None] * d_k + ck[None, :],
+             dk.to(DK.dtype.element_ty), mask=k_mask)
+    tl.store(DV + cols[:, None] * d_v + cv[None, :],
+             dv.to(DV.dtype.element_ty), mask=v_mask)
 
 
-def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, d_k, d_v, scale,
-                        CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
-                        PRECISION: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
+def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ,
+                        n_q, n_k, d_k, d_v, scale,
+                        CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
+                        BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M      # this program's first query
     head = tl.program_id(1)
     Q += head * n_q * d_k
     K += head * n_k * d_k
@@ -187,9 +202,11 @@ def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, d_k, d_v, scale,
     ck = tl.arange(0, BLOCK_DK)
     cv = tl.arange(0, BLOCK_DV)
     q_mask = (rows[:, None] < n_q) & (ck[None, :] < d_k)
-    q = tl.load(Q + rows[:, None] * d_k + ck[None, :], mask=q_mask, other=0.0)
+    q = tl.load(Q + rows[:, None] * d_k + ck[None, :], mask=q_mask,
+                other=0.0)
     do = tl.load(DO + rows[:, None] * d_v + cv[None, :],
-                 mask=(rows[:, None] < n_q) & (cv[None, :] < d_v), other=0.0)
+                 mask=(rows[:, None] < n_q) & (cv[None, :] < d_v),
+                 other=0.0)
     lse = tl.load(LSE + rows, mask=rows < n_q, other=0.0)
     delta = tl.load(DELTA + rows, mask=rows < n_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
@@ -199,9 +216,11 @@ def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, d_k, d_v, scale,
     for start_n in range(0, end, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
         k = tl.load(K + cols[:, None] * d_k + ck[None, :],
-                    mask=(cols[:, None] < n_k) & (ck[None, :] < d_k), other=0.0)
+                    mask=(cols[:, None] < n_k) & (ck[None, :] < d_k),
+                    other=0.0)
         v = tl.load(V + cols[:, None] * d_v + cv[None, :],
-                    mask=(cols[:, None] < n_k) & (cv[None, :] < d_v), other=0.0)
+                    mask=(cols[:, None] < n_k) & (cv[None, :] < d_v),
+                    other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         allowed = (rows[:, None] < n_q) & (cols[None, :] < n_k)
         if CAUSAL:
@@ -211,7 +230,8 @@ def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, n_q, n_k, d_k, d_v, scale,
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     dq = dq * scale
-    tl.store(DQ + rows[:, None] * d_k + ck[None, :], dq.to(DQ.dtype.element_ty), mask=q_mask)
+    tl.store(DQ + rows[:, None] * d_k + ck[None, :],
+             dq.to(DQ.dtype.element_ty), mask=q_mask)
 
 
 _SOURCES = {"forward": _forward_kernel, "backward_dkdv": _backward_dkdv_kernel,
