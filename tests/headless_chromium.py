@@ -37,11 +37,13 @@ from typing import Any
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-# No GPU, no network (every host resolves to nothing and any proxy use goes nowhere), no
-# background traffic; pages opened from disk may load the site's other files.
+# No GPU, no network (every host resolves to nothing and any proxy use goes nowhere; only a
+# server on this machine's loopback address, such as a JupyterLab a test starts, is reached),
+# no background traffic; pages opened from disk may load the site's other files.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+         "--proxy-server=http://127.0.0.1:9",
          "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
 
 # Virtual milliseconds a page runs before it is read, as chromium --virtual-time-budget=20000.
@@ -240,9 +242,10 @@ class Chromium:
         with self.open(page, width=width) as tab:
             return tab.dom(), tab.errors()
 
-    def open(self, page: Path, *, width: int | None = None, height: int = 900) -> "Tab":
-        """``page`` settled in a fresh tab (as :meth:`render` sees it), left open to be
-        inspected and driven with the keyboard; use the tab as a context manager."""
+    def open(self, page: Path | str, *, width: int | None = None, height: int = 900) -> "Tab":
+        """``page`` (a file, or the URL of a server on this machine) settled in a fresh tab
+        (as :meth:`render` sees it), left open to be inspected and driven with the keyboard;
+        use the tab as a context manager."""
         if self._proc is None:
             self._start()
         try:
@@ -260,7 +263,7 @@ class Chromium:
                                or details.get("text", "the page's script failed"))
         return answer["result"].get("value")
 
-    def _open(self, page: Path, width: int | None, height: int) -> "Tab":
+    def _open(self, page: Path | str, width: int | None, height: int) -> "Tab":
         self._events.clear()            # events of tabs closed earlier are of no interest
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget",
@@ -276,7 +279,8 @@ class Chromium:
         # the page settles (banners revealed, deferred work and its errors done) in far
         # less real time. The budget starts once the page, not about:blank, is in the tab.
         self.call("Emulation.setVirtualTimePolicy", {"policy": "pause"}, session)
-        navigation = self.call("Page.navigate", {"url": page.as_uri()}, session)
+        url = page if isinstance(page, str) else page.as_uri()
+        navigation = self.call("Page.navigate", {"url": url}, session)
         if navigation.get("errorText"):
             raise BrowserError(f"{page}: {navigation['errorText']}")
         self.wait_for("Page.frameNavigated", session)

@@ -423,3 +423,92 @@ def test_interactive_figures_are_legible_in_dark_mode(site, browser):
         return sum(rgb) < 3 * 110
 
     assert dark(colours["text"]) and dark(colours["label"]), colours
+
+
+@pytest.mark.browser
+def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(browser, tmp_path):
+    # A reader who opens a downloaded chapter in JupyterLab has not trusted it, and JupyterLab
+    # runs no script of an untrusted notebook's HTML outputs. The figures are Vega-Lite
+    # outputs, which JupyterLab's own Vega renderer draws whatever the trust: all five are
+    # drawn, and a control changes what is drawn.
+    import os
+    import secrets
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    import nbformat
+
+    from attncore.lab.interactive import FIGURES
+
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    for i, (name, make) in enumerate(FIGURES.items()):
+        data, metadata = make()._repr_mimebundle_()
+        cell = nbformat.v4.new_code_cell(f"from attncore.lab.interactive import {name}\n"
+                                         f"{name}()", execution_count=i + 1)
+        cell.outputs = [nbformat.v4.new_output("execute_result", data=data, metadata=metadata,
+                                               execution_count=i + 1)]
+        notebook.cells.append(cell)
+    nbformat.write(notebook, tmp_path / "figures.ipynb")        # unsigned: not trusted
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    log = tmp_path / "lab.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+             f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+             f"--ServerApp.root_dir={tmp_path}",
+             *(["--allow-root"] if os.geteuid() == 0 else [])],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        with browser.open(f"{base}/lab/tree/figures.ipynb?token={token}", width=1200,
+                          height=6000) as tab:
+            drawn = tab.evaluate("""
+new Promise(resolve => {
+  const start = Date.now();
+  (function wait() {
+    const n = document.querySelectorAll(".jp-RenderedVegaCommon5 svg.marks").length;
+    if (n >= %d || Date.now() - start > 60000) resolve(n); else setTimeout(wait, 250);
+  })();
+})""" % len(FIGURES), await_promise=True)
+            assert drawn == len(FIGURES), f"JupyterLab drew {drawn} of {len(FIGURES)} figures"
+            first = ".jp-RenderedVegaCommon5"
+            before = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
+            assert tab.evaluate(f'(document.querySelector("{first} .vega-bindings input")'
+                                ".focus(), document.activeElement.type)") == "range"
+            # In a notebook's command mode JupyterLab takes the arrow keys and Space for its
+            # own shortcuts (it leaves keys only to editable fields); End and Home still
+            # reach a slider.
+            tab.press("End")
+            tab.evaluate(SETTLE, await_promise=True)
+            after = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
+            assert after != before, "End on the first figure's slider changed nothing"
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)     # the server we started, and its kernels
+        except ProcessLookupError:
+            pass
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

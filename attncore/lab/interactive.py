@@ -9,8 +9,11 @@ is precomputed, and the controls only filter the data.
 Where it renders:
 
 * JupyterLab draws the ``application/vnd.vegalite.v5+json`` output with its built-in Vega
-  renderer, in trusted and untrusted notebooks alike (it is not HTML with scripts); VS Code
-  and nteract do the same.
+  renderer, in trusted and untrusted notebooks alike (it is not HTML with scripts, which
+  JupyterLab runs only in notebooks the reader has trusted), in its dark theme too; VS Code
+  and nteract do the same. In JupyterLab, Tab reaches the controls, but while a notebook is
+  in command mode its shortcuts take the arrow keys and Space: Home and End move a slider
+  from the keyboard there, and the mouse does the rest.
 * The course's website draws it with the Vega, Vega-Lite and vega-embed scripts that the site
   serves itself (``_ext/offline_vega.py``).
 * A frontend with no Vega renderer shows the ``text/plain`` line, which says what the figure is.
@@ -383,7 +386,7 @@ def minilm_heads_figure(text: str = DEFAULT_SENTENCE, *, model: Any = None) -> I
              "encoding": {"x": x, "y": y,
                           "color": {"field": "w", "type": "quantitative", "title": "weight",
                                     "scale": {"domain": [0, 1], "scheme": "viridis"}}}}
-    body = {"width": 300, "height": 300, "transform": unpack, "layer": [cells]}
+    body = {"width": 250, "height": 250, "transform": unpack, "layer": [cells]}
     return _figure("What one MiniLM head attends to",
                    f"attention weights of each of MiniLM's {layers * heads} heads on the "
                    f"sentence {text!r}", params, body, rows, ["layer", "head"])
