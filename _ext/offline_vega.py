@@ -54,13 +54,17 @@ if (document.readyState === "loading") {
 """
 
 
-def _bundle() -> str:
+def _vl_convert():
     try:
         import vl_convert
     except ImportError as exc:
         raise ExtensionError("offline_vega: vl-convert-python is not installed; "
                              "pip install -r requirements.txt") from exc
-    libraries = vl_convert.javascript_bundle(vl_version=VEGALITE_VERSION)
+    return vl_convert
+
+
+def _bundle() -> str:
+    libraries = _vl_convert().javascript_bundle(vl_version=VEGALITE_VERSION)
     # The bundle declares top-level consts; inside a function they stay private, and only
     # what it assigns to window (vegaEmbed, vega, vegaLite) is global.
     return f"(function () {{\n{libraries}\n}})();\n{_DRAW}"
@@ -86,20 +90,12 @@ class VegaLiteRenderer:
 
 
 def _register(app: Sphinx, config) -> None:
-    _bundle_available()
+    _vl_convert()                                # fail early, before a long build
     from myst_nb.core import render
 
     plugins = render.load_mime_renders()         # myst-nb caches this list; add ours to it
     if VegaLiteRenderer not in plugins:
         plugins.append(VegaLiteRenderer)
-
-
-def _bundle_available() -> None:
-    try:
-        import vl_convert  # noqa: F401
-    except ImportError as exc:
-        raise ExtensionError("offline_vega: vl-convert-python is not installed; "
-                             "pip install -r requirements.txt") from exc
 
 
 def _add_script(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
