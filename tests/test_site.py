@@ -512,3 +512,16 @@ new Promise(resolve => {
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+@pytest.mark.browser
+def test_one_search_box_on_a_wide_screen_and_on_a_phone(site, browser):
+    # The theme offered a search field in the header and another in the sidebar; the sidebar's
+    # is left out (html_sidebars in _config.yml). The search dialog, closed, does not count.
+    controls = ".search-button-field, .search-button, form.bd-search, input[type=search]"
+    visible = f"""[...document.querySelectorAll("{controls}")]
+                 .filter(e => !e.closest("dialog:not([open])"))
+                 .filter(e => e.getBoundingClientRect().width > 0).length"""
+    for width in (1280, PHONE):
+        with browser.open(site / "index.html", width=width) as tab:
+            assert tab.evaluate(visible) == 1, f"at {width} px"
