@@ -78,12 +78,13 @@ def card_02(fig):
 def card_03(fig):
     ax = fig.add_subplot()
     ax.add_patch(plt.Rectangle((0, 0), 1, 2, color=BLUE, alpha=0.8))
-    ax.add_patch(plt.Rectangle((1.3, 0.8), 2, 1.2, color=ORANGE, alpha=0.8))
-    ax.add_patch(plt.Rectangle((3.6, 0), 2, 2, color="#2e8b57", alpha=0.8))
-    ax.text(1.15, 1.0, "\u00d7", ha="center", va="center", fontsize=14)
-    ax.text(3.45, 1.0, "=", ha="center", va="center", fontsize=14)
-    ax.set_xlim(-0.1, 5.7)
+    ax.add_patch(plt.Rectangle((1.8, 0.8), 2, 1.2, color=ORANGE, alpha=0.8))
+    ax.add_patch(plt.Rectangle((4.6, 0), 2, 2, color="#2e8b57", alpha=0.8))
+    ax.text(1.4, 1.0, "\u00d7", ha="center", va="center", fontsize=14)
+    ax.text(4.2, 1.0, "=", ha="center", va="center", fontsize=14)
+    ax.set_xlim(-0.1, 6.7)
     ax.set_ylim(-0.1, 2.1)
+    ax.set_aspect("equal")
     _axes(ax)
 
 
@@ -98,9 +99,9 @@ def card_04(fig):
 
 def card_05(fig):
     rng = np.random.default_rng(1)
-    for h in range(4):
-        ax = fig.add_subplot(1, 4, h + 1)
-        _heat(ax, ac.softmax(2.5 * rng.standard_normal((5, 5))))
+    for h in range(3):
+        ax = fig.add_subplot(1, 3, h + 1)
+        _heat(ax, ac.softmax(2.5 * rng.standard_normal((4, 4))))
 
 
 def card_06(fig):
@@ -157,9 +158,9 @@ def card_10(fig):
 
     model = MiniLM.load(dtype=np.float64)
     w = model.attention_weights("The cat sat on the mat.")
-    panels = [(0, 0), (2, 3), (4, 5), (5, 11)]
+    panels = [(2, 3), (4, 5)]
     for i, (layer, head) in enumerate(panels):
-        _heat(fig.add_subplot(1, 4, i + 1), w[layer, head])
+        _heat(fig.add_subplot(1, 2, i + 1), w[layer, head])
 
 
 def main() -> None:
