@@ -271,12 +271,14 @@ def rope_rotation_figure(*, d: int = 8, n_positions: int = 32,
 
 def online_softmax_figure(*, n_keys: int = 16, block_size: int = 4,
                           seed: int = 0) -> InteractiveFigure:
-    """The running state ``(m, l, o)`` of one query row after each block of keys.
+    """The running state ``(m, l, o)`` of one query row after each block of keys (the
+    chapter's ``(m, ell, o)``).
 
     The state of each block comes from :func:`attncore.softmax_state` and the running state
     from :func:`attncore.merge_softmax_states`; values ``v_j`` are scalars. The top panel shows
     the scores, the keys seen so far and the running maximum ``m``; the bottom panel the
-    weights ``exp(s_j - m) / l`` the state implies so far, against the final ones (ticks).
+    weights ``exp(s_j - m) / l`` the state implies so far, against the final ones (ticks);
+    above it, ``m``, ``l`` and the output ``o / l`` so far.
     Control: a range input for the number of blocks seen.
 
     Returns
@@ -319,8 +321,8 @@ def online_softmax_figure(*, n_keys: int = 16, block_size: int = 4,
                          "strokeDash": [6, 3]},
                 "encoding": {"y": {"field": "m", "type": "quantitative"}}}
     state_text = {"transform": [{"filter": "datum.key == 1"},
-                                {"calculate": "'m = ' + format(datum.m, '.2f') + ',  l = '"
-                                              " + format(datum.l, '.3f') + ',  o / l = '"
+                                {"calculate": "'m = ' + format(datum.m, '.2f') + ',  \u2113 = '"
+                                              " + format(datum.l, '.3f') + ',  o / \u2113 = '"
                                               " + format(datum.o, '.3f')", "as": "text"}],
                   "mark": {"type": "text", "align": "left", "x": 4, "y": -8, "fontSize": 12},
                   "encoding": {"text": {"field": "text"}}}
