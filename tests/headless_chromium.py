@@ -37,11 +37,13 @@ from typing import Any
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-# No GPU, no network (every host resolves to nothing and any proxy use goes nowhere), no
-# background traffic; pages opened from disk may load the site's other files.
+# No GPU, no network (every host resolves to nothing and any proxy use goes nowhere; only a
+# server on this machine's loopback address, such as a JupyterLab a test starts, is reached),
+# no background traffic; pages opened from disk may load the site's other files.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+         "--proxy-server=http://127.0.0.1:9",
          "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
 
 # Virtual milliseconds a page runs before it is read, as chromium --virtual-time-budget=20000.
@@ -228,16 +230,26 @@ class Chromium:
 
     # --- pages ---------------------------------------------------------------------------
 
-    def render(self, page: Path) -> tuple[str, list[str]]:
+    def render(self, page: Path, *, width: int | None = None) -> tuple[str, list[str]]:
         """The DOM of ``page`` after its scripts have run, and the errors they reported.
+
+        ``width``: the viewport's width in CSS pixels, as on a phone (mobile emulation:
+        the page's viewport meta tag is honoured); by default the browser's own window.
 
         Raises :class:`BrowserError` if the browser fails or does not answer in time; the
         next call then starts a fresh browser, so one bad page does not fail the others.
         """
+        with self.open(page, width=width) as tab:
+            return tab.dom(), tab.errors()
+
+    def open(self, page: Path | str, *, width: int | None = None, height: int = 900) -> "Tab":
+        """``page`` (a file, or the URL of a server on this machine) settled in a fresh tab
+        (as :meth:`render` sees it), left open to be inspected and driven with the keyboard;
+        use the tab as a context manager."""
         if self._proc is None:
             self._start()
         try:
-            return self._render(page)
+            return self._open(page, width, height)
         except (BrowserError, OSError):
             self._stop()
             raise
@@ -251,19 +263,24 @@ class Chromium:
                                or details.get("text", "the page's script failed"))
         return answer["result"].get("value")
 
-    def _render(self, page: Path) -> tuple[str, list[str]]:
+    def _open(self, page: Path | str, width: int | None, height: int) -> "Tab":
         self._events.clear()            # events of tabs closed earlier are of no interest
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget",
                             {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
+        if width is not None:
+            self.call("Emulation.setDeviceMetricsOverride",
+                      {"width": width, "height": height, "deviceScaleFactor": 1,
+                       "mobile": True}, session)
         # What --virtual-time-budget does for --dump-dom: the page's clock stands still
         # while files load, and its timers are fast-forwarded through VIRTUAL_TIME_MS, so
         # the page settles (banners revealed, deferred work and its errors done) in far
         # less real time. The budget starts once the page, not about:blank, is in the tab.
         self.call("Emulation.setVirtualTimePolicy", {"policy": "pause"}, session)
-        navigation = self.call("Page.navigate", {"url": page.as_uri()}, session)
+        url = page if isinstance(page, str) else page.as_uri()
+        navigation = self.call("Page.navigate", {"url": url}, session)
         if navigation.get("errorText"):
             raise BrowserError(f"{page}: {navigation['errorText']}")
         self.wait_for("Page.frameNavigated", session)
@@ -277,13 +294,62 @@ class Chromium:
         limit_ms = int(self.timeout * 1000 / 2)
         problem = self._evaluate(TYPESET_DONE % {"limit_ms": limit_ms}, session,
                                  await_promise=True)
-        dom = self._evaluate(DOM, session)
-        errors = [_error_text(e) for e in self._events
-                  if e.get("sessionId") == session and _is_error(e)]
-        if problem:
-            errors.append(problem)
-        self.call("Target.closeTarget", {"targetId": target})
-        return dom, errors
+        return Tab(self, target, session, problem)
+
+
+# Key events as a keyboard sends them (the DevTools protocol's names and key codes).
+KEYS = {"ArrowRight": 39, "ArrowLeft": 37, "ArrowUp": 38, "ArrowDown": 40, " ": 32,
+        "Tab": 9, "Enter": 13, "Home": 36, "End": 35}
+
+
+class Tab:
+    """One settled page in the browser (from :meth:`Chromium.open`)."""
+
+    def __init__(self, browser: Chromium, target: str, session: str, problem: str):
+        self._browser, self._target, self._session = browser, target, session
+        self._problem = problem
+
+    def evaluate(self, expression: str, *, await_promise: bool = False) -> Any:
+        """The value of a JavaScript expression in the page (a promise is awaited if asked)."""
+        try:
+            return self._browser._evaluate(expression, self._session,
+                                           await_promise=await_promise)
+        except (BrowserError, OSError):
+            self._browser._stop()
+            raise
+
+    def dom(self) -> str:
+        return self.evaluate(DOM)
+
+    def press(self, key: str) -> None:
+        """Press and release ``key`` on the focused element, as a real keyboard does (the
+        browser's default actions follow: a range input moves, a checkbox toggles)."""
+        code = {" ": "Space"}.get(key, key)
+        event = {"key": key, "code": code, "windowsVirtualKeyCode": KEYS[key],
+                 "nativeVirtualKeyCode": KEYS[key]}
+        text = {"text": key} if key == " " else {}
+        self._browser.call("Input.dispatchKeyEvent", {"type": "keyDown", **event, **text},
+                           self._session)
+        self._browser.call("Input.dispatchKeyEvent", {"type": "keyUp", **event},
+                           self._session)
+
+    def errors(self) -> list[str]:
+        """What the page reported so far: exceptions, console errors, failed loads."""
+        errors = [_error_text(e) for e in self._browser._events
+                  if e.get("sessionId") == self._session and _is_error(e)]
+        if self._problem:
+            errors.append(self._problem)
+        return errors
+
+    def close(self) -> None:
+        if self._browser._proc is not None:
+            self._browser.call("Target.closeTarget", {"targetId": self._target})
+
+    def __enter__(self) -> "Tab":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _is_error(event: dict) -> bool:

@@ -58,3 +58,34 @@ def test_large_matrices_are_not_annotated_and_bad_shapes_are_named():
     assert not plot_attention(weights(9, 9)).texts
     with pytest.raises(ValueError, match=r"weights: expected shape \(n_q, n_k\)"):
         plot_attention(np.ones(3))
+
+
+def test_sharp_figures_stores_retina_pngs_on_white():
+    # In IPython: figures become PNGs with twice the pixels, shown at their 1x size through
+    # the width and height metadata (nbval skips PNG data and metadata, so stored outputs
+    # stay comparable), on an opaque white background that dark pages cannot swallow.
+    import base64
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from attncore.lab.plotting import sharp_figures
+
+    saved = dict(matplotlib.rcParams)
+    shell = InteractiveShell.instance()
+    try:
+        sharp_figures()
+        fig, ax = plt.subplots(figsize=(2, 1), dpi=100)
+        ax.plot([0, 1])
+        data, metadata = shell.display_formatter.format(fig)
+        plt.close(fig)
+        png = data["image/png"]
+        image = plt.imread(io.BytesIO(base64.b64decode(png)))
+        shown = metadata["image/png"]
+        assert image.shape[1] >= 2 * shown["width"] - 2 and shown["width"] <= 200
+        assert "image/svg+xml" not in data
+        assert matplotlib.rcParams["figure.facecolor"] == "white"
+        assert image[0, 0, 3] == 1.0, "the background must be opaque"
+    finally:
+        InteractiveShell.clear_instance()
+        matplotlib.rcParams.update(saved)

@@ -361,3 +361,273 @@ def test_with_a_repository_every_chapter_has_launch_buttons_and_the_bundle(site_
     for nb in (site / "_sources" / "chapters").glob("*.ipynb"):
         assert f'REPOSITORY = \\"{url}\\"' in nb.read_text(), nb.name
 
+
+
+# --- a phone's width: nothing scrolls the page sideways ------------------------------------------
+
+PHONE = 420     # CSS pixels: a large phone held upright
+
+# What sticks out of a phone's screen: the page's own scroll width, and every visible element
+# whose right edge passes the viewport without an ancestor that scrolls it in a box of its own
+# (overflow-x auto or scroll). An ancestor that merely clips (overflow hidden) does not count:
+# what it cuts off, a reader cannot reach. Screen-reader-only copies (MathJax's assistive
+# MathML, Bootstrap's visually-hidden) are clipped to nothing on purpose and are skipped.
+OVERFLOW_PROBE = """
+(() => {
+  const width = document.documentElement.clientWidth;
+  const scrolls = el => {
+    const x = getComputedStyle(el).overflowX;
+    return x === "auto" || x === "scroll";
+  };
+  const hiddenOnPurpose = el => el.closest("mjx-assistive-mml, .visually-hidden, .sr-only, " +
+                                           "dialog:not([open]), [hidden]");
+  const out = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || r.right <= width + 1 || r.left >= width) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility === "hidden" || style.position === "fixed" || hiddenOnPurpose(el))
+      continue;
+    let a = el.parentElement, boxed = false;
+    while (a && a !== document.body) {
+      if (scrolls(a) && a.getBoundingClientRect().right <= width + 1) { boxed = true; break; }
+      a = a.parentElement;
+    }
+    if (boxed) continue;
+    // report the outermost offender only: its children stick out with it
+    if (el.parentElement && out.some(o => o.el === el.parentElement)) {
+      out.push({el, child: true});
+      continue;
+    }
+    out.push({el, what: el.tagName.toLowerCase() + (el.className && el.className.baseVal ===
+              undefined ? "." + String(el.className).trim().split(/\\s+/).join(".") : ""),
+              right: Math.round(r.right), text: (el.textContent || "").trim().slice(0, 60)});
+  }
+  return {width, scrollWidth: document.scrollingElement.scrollWidth,
+          sticking: out.filter(o => !o.child).slice(0, 8)
+                       .map(o => `${o.what} to x=${o.right}: ${o.text}`)};
+})()
+"""
+
+
+@pytest.mark.browser
+def test_no_page_scrolls_sideways_on_a_phone(site, browser):
+    # Every built page, not only the chapters: the index, search and API pages too.
+    problems, checked = [], 0
+    for page in pages(site):
+        with browser.open(page, width=PHONE) as tab:
+            found = tab.evaluate(OVERFLOW_PROBE)
+        checked += 1
+        assert found["width"] == PHONE, f"the viewport is {found['width']} px, not {PHONE}"
+        if found["scrollWidth"] > PHONE + 1 or found["sticking"]:
+            problems.append(f"{page.relative_to(site)}: page {found['scrollWidth']} px wide; "
+                            + "; ".join(found["sticking"]))
+    assert checked >= 15
+    assert not problems, "wider than a phone's screen:\n" + "\n".join(problems)
+
+
+@pytest.mark.browser
+def test_the_phone_check_catches_what_sticks_out(browser, tmp_path):
+    # Guards the test above: a wide formula-like box outside a scroll box is found, the same
+    # box inside one is not, and neither is a box that a clipping ancestor cuts off silently
+    # reported as fine.
+    wide = '<div style="width: 700px">a formula</div>'
+    cases = {"bare": (wide, True),
+             "in its own scroll box": (f'<div style="overflow-x: auto">{wide}</div>', False),
+             "cut off by a clipping box": (f'<div style="overflow-x: hidden">{wide}</div>', True)}
+    for what, (body, bad) in cases.items():
+        page = tmp_path / f"{what.replace(' ', '_')}.html"
+        page.write_text('<!DOCTYPE html><html><head><meta name="viewport" '
+                        'content="width=device-width, initial-scale=1"></head>'
+                        f"<body>{body}</body></html>")
+        with browser.open(page, width=PHONE) as tab:
+            found = tab.evaluate(OVERFLOW_PROBE)
+        assert bool(found["sticking"]) == bad, f"{what}: {found}"
+
+
+# --- interactive figures: drawn offline, driven by the keyboard --------------------------------
+
+INTERACTIVE_CHAPTERS = ["chapters/02_why_sqrt_dk", "chapters/04_scaled_dot_product_attention",
+                        "chapters/06_positions", "chapters/07_tiled_attention",
+                        "chapters/10_inside_a_pretrained_model"]
+
+# The figure's controls and what is drawn: the SVG that vega-embed rendered.
+FIGURE_STATE = """
+(() => [...document.querySelectorAll("div.attncore-vega")].map(box => ({
+  svg: (box.querySelector("svg.marks") || {}).outerHTML || "",
+  controls: [...box.querySelectorAll(".vega-bindings input, .vega-bindings select")]
+            .map(c => ({type: c.type, name: c.name, tabIndex: c.tabIndex,
+                        disabled: c.disabled, value: c.type === "checkbox" ? c.checked
+                                                  : c.value, max: c.max || null}))
+})))()
+"""
+
+SETTLE = "new Promise(r => setTimeout(() => requestAnimationFrame(() => r(true)), 300))"
+
+
+@pytest.mark.browser
+def test_interactive_figures_are_drawn_and_follow_the_keyboard(site, browser):
+    for stem in INTERACTIVE_CHAPTERS:
+        assert 'class="attncore-vega"' in (site / f"{stem}.html").read_text(), \
+            f"{stem}: no interactive figure on the page"
+    changed = 0
+    for page in pages(site):
+        if 'class="attncore-vega"' not in page.read_text():
+            continue
+        with browser.open(page) as tab:
+            figures = tab.evaluate(FIGURE_STATE)
+            assert figures and all(f["svg"] for f in figures), f"{page.name}: a figure not drawn"
+            for f_index, figure in enumerate(figures):
+                assert figure["controls"], f"{page.name}: figure {f_index} has no controls"
+                for c_index, control in enumerate(figure["controls"]):
+                    where = f"{page.name}, figure {f_index}, control {control['name']}"
+                    assert control["tabIndex"] >= 0 and not control["disabled"], \
+                        f"{where}: the keyboard cannot reach it"
+                    selector = (f'document.querySelectorAll("div.attncore-vega")[{f_index}]'
+                                f'.querySelectorAll(".vega-bindings input, .vega-bindings '
+                                f'select")[{c_index}]')
+                    assert tab.evaluate(f"({selector}.focus(), document.activeElement === "
+                                        f"{selector})"), f"{where}: cannot be focused"
+                    before = tab.evaluate(FIGURE_STATE)[f_index]
+                    if control["type"] == "checkbox":
+                        key = " "
+                    elif control["type"] == "range":
+                        key = "ArrowLeft" if control["value"] == control["max"] else "ArrowRight"
+                    else:
+                        key = "ArrowDown"
+                    tab.press(key)
+                    tab.evaluate(SETTLE, await_promise=True)
+                    after = tab.evaluate(FIGURE_STATE)[f_index]
+                    assert after["controls"][c_index]["value"] != control["value"], \
+                        f"{where}: {key!r} did not change the control"
+                    assert after["svg"] != before["svg"], \
+                        f"{where}: changing the control did not change what is drawn"
+                    changed += 1
+            errors = tab.errors()
+            assert not errors, f"{page.name}: errors in the browser console: {errors[:3]}"
+    assert changed >= 9
+
+
+@pytest.mark.browser
+def test_interactive_figures_are_legible_in_dark_mode(site, browser):
+    # The figure sits on a light card in both themes: its text is dark on white.
+    page = site / f"{INTERACTIVE_CHAPTERS[0]}.html"
+    with browser.open(page) as tab:
+        colours = tab.evaluate("""
+(() => { document.documentElement.dataset.theme = "dark";
+  const box = document.querySelector("div.attncore-vega");
+  const text = box.querySelector("svg.marks text");
+  const label = box.querySelector(".vega-bindings label, .vega-bindings span");
+  return {page: getComputedStyle(document.body).backgroundColor,
+          card: getComputedStyle(box).backgroundColor,
+          text: getComputedStyle(text).fill, label: getComputedStyle(label).color}; })()""")
+    assert colours["page"] != "rgb(255, 255, 255)", "the page did not switch to dark mode"
+    assert colours["card"] == "rgb(255, 255, 255)", colours
+
+    def dark(css: str) -> bool:
+        rgb = [int(v) for v in re.findall(r"\d+", css)[:3]]
+        return sum(rgb) < 3 * 110
+
+    assert dark(colours["text"]) and dark(colours["label"]), colours
+
+
+@pytest.mark.browser
+def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(browser, tmp_path):
+    # A reader who opens a downloaded chapter in JupyterLab has not trusted it, and JupyterLab
+    # runs no script of an untrusted notebook's HTML outputs. The figures are Vega-Lite
+    # outputs, which JupyterLab's own Vega renderer draws whatever the trust: all five are
+    # drawn, and a control changes what is drawn.
+    import os
+    import secrets
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    import nbformat
+
+    from attncore.lab.interactive import FIGURES
+
+    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    for i, (name, make) in enumerate(FIGURES.items()):
+        data, metadata = make()._repr_mimebundle_()
+        cell = nbformat.v4.new_code_cell(f"from attncore.lab.interactive import {name}\n"
+                                         f"{name}()", execution_count=i + 1)
+        cell.outputs = [nbformat.v4.new_output("execute_result", data=data, metadata=metadata,
+                                               execution_count=i + 1)]
+        notebook.cells.append(cell)
+    nbformat.write(notebook, tmp_path / "figures.ipynb")        # unsigned: not trusted
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    log = tmp_path / "lab.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+             f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+             f"--ServerApp.root_dir={tmp_path}",
+             *(["--allow-root"] if os.geteuid() == 0 else [])],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        with browser.open(f"{base}/lab/tree/figures.ipynb?token={token}", width=1200,
+                          height=6000) as tab:
+            drawn = tab.evaluate("""
+new Promise(resolve => {
+  const start = Date.now();
+  (function wait() {
+    const n = document.querySelectorAll(".jp-RenderedVegaCommon5 svg.marks").length;
+    if (n >= %d || Date.now() - start > 60000) resolve(n); else setTimeout(wait, 250);
+  })();
+})""" % len(FIGURES), await_promise=True)
+            assert drawn == len(FIGURES), f"JupyterLab drew {drawn} of {len(FIGURES)} figures"
+            first = ".jp-RenderedVegaCommon5"
+            before = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
+            assert tab.evaluate(f'(document.querySelector("{first} .vega-bindings input")'
+                                ".focus(), document.activeElement.type)") == "range"
+            # In a notebook's command mode JupyterLab takes the arrow keys and Space for its
+            # own shortcuts (it leaves keys only to editable fields); End and Home still
+            # reach a slider.
+            tab.press("End")
+            tab.evaluate(SETTLE, await_promise=True)
+            after = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
+            assert after != before, "End on the first figure's slider changed nothing"
+    finally:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)     # the server we started, and its kernels
+        except ProcessLookupError:
+            pass
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.mark.browser
+def test_one_search_box_on_a_wide_screen_and_on_a_phone(site, browser):
+    # The theme offered a search field in the header and another in the sidebar; the sidebar's
+    # is left out (html_sidebars in _config.yml). The search dialog, closed, does not count.
+    controls = ".search-button-field, .search-button, form.bd-search, input[type=search]"
+    visible = f"""[...document.querySelectorAll("{controls}")]
+                 .filter(e => !e.closest("dialog:not([open])"))
+                 .filter(e => e.getBoundingClientRect().width > 0).length"""
+    for width in (1280, PHONE):
+        with browser.open(site / "index.html", width=width) as tab:
+            assert tab.evaluate(visible) == 1, f"at {width} px"

@@ -1,4 +1,4 @@
-"""Figures shared by the chapters: attention heatmaps."""
+"""Figures shared by the chapters: how inline figures are stored, and attention heatmaps."""
 
 from __future__ import annotations
 
@@ -12,6 +12,36 @@ def to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     return x.detach().cpu().numpy()
+
+
+def sharp_figures() -> None:
+    """Store the notebook's inline figures as PNG at twice their pixel density, on white.
+
+    Call it once in a chapter's import cell, after ``import matplotlib.pyplot``. Each figure
+    is then stored as a PNG with twice the pixels of its displayed size (IPython's "retina"
+    format), with the displayed width and height in the output's metadata, so that it is
+    sharp on a high-density screen and shown at the same size as before. The background is
+    opaque white, so that the dark text of a figure stays readable on a dark page.
+
+    PNG rather than SVG: nbval compares every SVG output as text (a figure's SVG holds
+    random clip-path ids and a date unless told otherwise, and path coordinates that may
+    change in the last digit between machines), while it skips PNG data and output metadata.
+
+    Outside IPython (a plain script) it only sets the background.
+    """
+    import matplotlib as mpl
+
+    mpl.rcParams.update({"figure.facecolor": "white", "savefig.facecolor": "white",
+                         "savefig.transparent": False})
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("retina")
 
 
 ANNOTATION_POINTS = 9
