@@ -354,7 +354,8 @@ def test_the_setup_cell_is_short_and_readable():
     from test_book_structure import LINE_LIMIT
 
     for repository, limit in (("", 12), ("https://github.com/someone/a-fork-of-the-course", 16)):
-        for extras in ((), tuple(notebook_setup.OPTIONAL_EXTRAS)):
+        # no extra, or one (no chapter needs two: pretrained's model, or triton's kernels)
+        for extras in ((),) + tuple((e,) for e in notebook_setup.OPTIONAL_EXTRAS):
             lines = notebook_setup.setup_source(repository, extras).splitlines()
             assert len(lines) <= limit and max(map(len, lines)) <= LINE_LIMIT, lines
             compile("\n".join(lines), "setup-cell", "exec")
@@ -382,9 +383,13 @@ def test_the_setup_cell_installs_what_the_chapters_import():
     assert _extra_requirements("notebooks") == set(notebook_setup.NEEDED) - {"attncore"}
     for extra, (modules, _) in notebook_setup.OPTIONAL_EXTRAS.items():
         assert _extra_requirements(extra) == set(modules), extra
-    covered = set(notebook_setup.NEEDED) | {"torch", "numpy"} | set(sys.stdlib_module_names)
+    always = set(notebook_setup.NEEDED) | {"torch", "numpy"} | set(sys.stdlib_module_names)
     for nb in notebook_setup.chapter_notebooks():
-        for cell in json.loads(nb.read_text())["cells"]:
+        data = json.loads(nb.read_text())
+        # and the modules of the optional extras the chapter's set-up cell installs
+        covered = always.union(*(notebook_setup.OPTIONAL_EXTRAS[e][0]
+                                 for e in notebook_setup.extras_for(data)))
+        for cell in data["cells"]:
             if cell["cell_type"] != "code" or notebook_setup.is_setup_cell(cell):
                 continue
             for m in re.finditer(r"^\s*(?:from|import)\s+(\w+)", "".join(cell["source"]), re.M):
