@@ -78,6 +78,24 @@ def test_the_gpu_tables_are_written_from_a_run(tiny):
     del torch
 
 
+def test_the_triton_table_times_compiled_kernels_only(tiny):
+    torch = pytest.importorskip("torch")
+    # without CUDA the GPU tables say that the kernel was not timed, and why
+    r = run.run_gpu(True, 9, lambda message: None, device="cpu")
+    assert isinstance(r["triton"], str)
+    assert "Not measured: no CUDA device" in run.gpu_markdown(r, "python -m bench.run --gpu")
+    with pytest.raises(ValueError, match="CUDA only"):
+        measure.triton_vs_sdpa(16, device="cpu")
+    # the table, from rows shaped as triton_vs_sdpa returns them
+    stat = {"median": 1.1, "q1": 1.0, "q3": 1.2, "seconds": {"median": 2e-3}}
+    row = {"n": 4096, "heads": 8, "d_k": 64, "causal": True, "dtype": "float16",
+           "flop": 10**9, "forward": {"triton": stat}, "forward_backward": {"triton": stat}}
+    md = "\n".join(run.triton_table({"triton": [row], "peak_tflops": 100.0, "gpu": "X"}))
+    assert "| float16 | True | 4096 | 1.10 [1.00-1.20] | 1.10 [1.00-1.20] |" in md
+    assert "| 0.5 | 0% |" in md or "| 0.5 | 1% |" in md
+    del torch
+
+
 def test_rounds_below_nine_are_refused(capsys):
     with pytest.raises(SystemExit):
         run.main(["--rounds", "5"])
