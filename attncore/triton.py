@@ -34,11 +34,9 @@ attncore never imports it.
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import os
 import sys
+from typing import Any
 
 try:
     import torch
@@ -57,13 +55,13 @@ except ImportError as err:          # pragma: no cover - depends on the environm
         f"pip install \"attncore[triton]\" (or pip install {missing}). The rest of "
         f"attncore works without it.") from err
 
+from ._backend import check_attention_inputs, check_rank, dtype_name  # noqa: E402
+from ._guard import attention_guard  # noqa: E402
+
 # Whether Triton was imported in interpreter mode (then its helpers are interpreted too).
 _INTERPRETED = type(tl.zeros).__name__ == "InterpretedFunction"
 
-from ._backend import check_attention_inputs, check_rank, dtype_name
-from ._guard import attention_guard
-
-__all__ = ["flash_attention", "default_block_sizes", "kernels"]
+__all__ = ["flash_attention", "default_block_sizes", "interpreting", "kernels"]
 
 # The dtypes the kernels read and write (their sums are float32 whatever the input).
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import triton
-import triton.language as tl
 
-from ..triton import flash_attention, kernels  # noqa: F401  (sets up the interpreter)
+# attncore.triton first: without a GPU it switches Triton's interpreter on before Triton is
+# imported and the kernel below is decorated
+from .. import triton as _attncore_triton  # noqa: F401, I001
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 __all__ = ["MISTAKES", "forward_with_mistake"]
 
