@@ -562,7 +562,16 @@ def test_the_bundle_holds_the_course(bundle):
     assert len((bundle / "README.txt").read_text().splitlines()) == 3
     assert "--index-url https://download.pytorch.org/whl/cpu" in (bundle / "README.txt").read_text()
     requirements = (bundle / "requirements.txt").read_text()
-    assert re.search(rf"^\./{re.escape(wheels[0])}\[notebooks,pretrained\]$", requirements, re.M)
+    # every extra that a chapter's set-up cell may name, so that every chapter runs there
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_course_setup",
+                                                  ROOT / "chapters" / "_course_setup.py")
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    extras = ",".join(helper.MODULES)
+    assert {"notebooks", "pretrained", "triton"} <= set(helper.MODULES), helper.MODULES
+    assert re.search(rf"^\./{re.escape(wheels[0])}\[{extras}\]$", requirements, re.M), \
+        requirements
     pin = re.search(r"^torch\S*$", (ROOT / "requirements.txt").read_text(), re.M).group(0)
     assert re.search(rf"^{re.escape(pin)}$", requirements, re.M), requirements
     assert re.search(r"^jupyterlab\b", requirements, re.M), requirements
