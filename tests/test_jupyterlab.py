@@ -1,0 +1,378 @@
+"""The chapters read right in JupyterLab, with jupyterlab-myst and with its plain renderer.
+
+The test starts JupyterLab from the course environment (``.venv/bin/jupyter lab``, as
+``./scripts/lab`` does) on a free loopback port with no token, opens every chapter in headless
+Chromium (tests/headless_chromium.py, allowed to reach 127.0.0.1 and nothing else) and reads
+what the reader sees: the text of each rendered markdown cell (the CodeMirror editor that holds
+the cell's source is hidden and not read), before and after a click on every collapsed box.
+
+With jupyterlab-myst (what ./scripts/lab and Binder give):
+
+- no directive or role is left as raw text (``:::{``, ``{prf:``, ``:label:`` ...);
+- no reference is unresolved (jupyterlab-myst shows one as its label behind a warning icon,
+  a ``span.text-yellow-600`` titled "Cross Reference Not Found" or "Citation Not Found");
+- every solution is hidden until its box is clicked, and readable after the click;
+- every number that a markdown cell's metadata ``attncore.numbers`` says comes from the run
+  is in the cell's rendered text.
+
+With jupyterlab-myst disabled (JupyterLab's own CommonMark renderer, what Colab, VS Code and
+plain Jupyter show), every solution is still hidden until its ``<summary>`` is clicked.
+
+Each check is also run on two small notebooks from notebook_fixtures.py: one that follows the
+conventions (every check passes) and one that breaks each of them (every break is reported).
+
+The two JupyterLab servers run from a temporary configuration of their own (no change to the
+shared environment): a JUPYTER_CONFIG_DIR with the notebook's windowing mode "none" (so that
+JupyterLab renders every cell, not only those in view), for the plain one a page_config.json
+that disables jupyterlab-myst (JUPYTER_PREFER_ENV_PATH=0 gives that directory precedence over
+the environment's own page_config.json, which locks the extension on), and no kernel: the
+notebooks are read, not run, so no kernel is started. The notebooks are copies in a temporary
+folder, so JupyterLab writes nothing into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+import notebook_fixtures
+from headless_chromium import BrowserError, Chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = ROOT / ".venv" / "bin" / "jupyter"
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+FIXTURES = {"conventions.ipynb": notebook_fixtures.conventions_notebook,
+            "broken.ipynb": notebook_fixtures.broken_notebook}
+
+# What a reader must never see in a rendered markdown cell: MyST syntax left as text.
+RAW = (":::{", "```{", "{prf:", "{glue", "{cite", "{numref", "{doc}", "{ref}", "{eq}",
+       ":label:", ":class:")
+
+# Time limits, seconds: the server's start, one notebook's rendering, the whole test.
+START_S, NOTEBOOK_S = 60, 120
+
+pytestmark = pytest.mark.browser
+
+
+# --- the servers -----------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterLab:
+    """``jupyter lab`` on 127.0.0.1, without token, serving ``root``; myst or plain."""
+
+    def __init__(self, root: Path, config: Path, *, myst: bool):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        settings = config / "lab" / "user-settings" / "@jupyterlab" / "notebook-extension"
+        settings.mkdir(parents=True)
+        (settings / "tracker.jupyterlab-settings").write_text(
+            json.dumps({"windowingMode": "none"}))
+        (config / "labconfig").mkdir()
+        if not myst:
+            (config / "labconfig" / "page_config.json").write_text(
+                json.dumps({"disabledExtensions": {"jupyterlab-myst": True}}))
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config),
+               "JUPYTER_DATA_DIR": str(config / "data"),
+               "JUPYTER_RUNTIME_DIR": str(config / "runtime"), "JUPYTER_PREFER_ENV_PATH": "0"}
+        self.log = (config / "lab.log").open("w")
+        self.proc = subprocess.Popen(
+            [str(JUPYTER), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+             "--ServerApp.port_retries=0", "--ServerApp.token=", "--ServerApp.password=",
+             "--ServerApp.disable_check_xsrf=True", "--allow-root",
+             f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+             # no kernel is started: the notebooks are read, not run
+             '--KernelSpecManager.allowed_kernelspecs=["no-kernel-for-this-test"]'],
+            cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+        self.logfile = config / "lab.log"
+
+    def wait_until_up(self) -> None:
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited:\n{self.logfile.read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"jupyter lab did not listen within {START_S} s:\n"
+                           f"{self.logfile.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM (the server shuts its kernels down, were there any), 15 s, then kill
+        what is left of its process group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+
+# --- the reading, in the browser ---------------------------------------------------------------
+
+APP_READY = """
+new Promise((resolve, reject) => {
+  const start = Date.now();
+  (function wait() {
+    if (window.jupyterapp && document.querySelector('#jp-main-dock-panel')) {
+      window.jupyterapp.started.then(() => window.jupyterapp.restored)
+        .then(() => resolve(true), reject);
+    } else if (Date.now() - start > %(limit_ms)d) {
+      reject(new Error('JupyterLab did not start within %(limit_ms)d ms'));
+    } else {
+      setTimeout(wait, 100);
+    }
+  })();
+})
+"""
+
+# Opens one notebook, waits until every markdown cell is rendered and its text has stopped
+# changing, reads each cell, clicks every closed <summary>, reads again, closes the notebook.
+READ_NOTEBOOK = """
+(async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const app = window.jupyterapp;
+  const panel = await app.commands.execute('docmanager:open',
+                                           {path: %(path)s, factory: 'Notebook'});
+  await panel.context.ready;
+  await panel.revealed;
+  // no kernel is offered: dismiss JupyterLab's kernel chooser if it asks
+  const dismiss = () => document.querySelectorAll('.jp-Dialog .jp-mod-reject')
+                               .forEach(b => b.click());
+  const cells = () => panel.content.widgets;
+  const rendered = cell => cell.node.querySelector(
+      '.jp-InputArea > .myst, .jp-InputArea > .jp-MarkdownOutput');
+  const texts = () => cells().map(c => c.model.type !== 'markdown' ? null
+      : (rendered(c) ? rendered(c).innerText : null));
+  const settle = async () => {
+    const start = Date.now();
+    let last = null;
+    while (Date.now() - start < %(limit_ms)d) {
+      dismiss();
+      const now = texts();
+      // rendered: a node with text for every markdown cell that has a source
+      const done = now.every((t, i) => cells()[i].model.type !== 'markdown' ||
+          (t !== null && (t.trim() !== '' || cells()[i].model.sharedModel.source.trim() === '')));
+      const key = JSON.stringify(now);
+      if (done && key === last) return now;
+      last = done ? key : null;
+      await sleep(250);
+    }
+    throw new Error('the notebook did not finish rendering within %(limit_ms)d ms');
+  };
+  const before = await settle();
+  const unresolved = cells().map(c => c.model.type !== 'markdown' ? [] :
+      [...c.node.querySelectorAll('.jp-InputArea > .myst [title$="Not Found"]')]
+        .map(e => e.getAttribute('title') + ': ' + e.innerText));
+  // a directive that a renderer without MyST shows as a code block (a backtick fence)
+  const codeDirectives = cells().map(c => c.model.type !== 'markdown' ? [] :
+      [...c.node.querySelectorAll('.jp-InputArea > .jp-MarkdownOutput code[class*="language-{"]')]
+        .map(e => (e.className.match(/language-(\{[^ ]*)/) || ['', e.className])[1]));
+  let clicked = 0;
+  for (const s of panel.content.node.querySelectorAll('.jp-InputArea summary')) {
+    const box = s.parentElement;
+    if (box && box.tagName === 'DETAILS' && !box.open) { s.click(); clicked++; }
+  }
+  const after = await settle();
+  panel.dispose();
+  return {before, after, unresolved, codeDirectives, clicked};
+})()
+"""
+
+
+def read_notebooks(browser: Chromium, lab: JupyterLab, names: list[str]) -> dict[str, dict]:
+    """name -> what the reader sees (or {"error": why}), read in one tab of ``lab``."""
+    target, session = browser.open_tab(f"{lab.url}/lab", width=1400, height=4000)
+    try:
+        browser.evaluate(APP_READY % {"limit_ms": START_S * 1000}, session, await_promise=True)
+        seen = {}
+        for name in names:
+            try:
+                seen[name] = browser.evaluate(
+                    READ_NOTEBOOK % {"path": json.dumps(name), "limit_ms": NOTEBOOK_S * 1000},
+                    session, await_promise=True)
+            except BrowserError as e:
+                seen[name] = {"error": str(e)}
+        return seen
+    finally:
+        browser.close_tab(target)
+
+
+# --- what the notebook says should be seen -----------------------------------------------------
+
+SOLUTION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{solution\}[^\n]*\n(?P<body>.*?)^(?P=fence)\s*$",
+                      re.M | re.S)
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
+
+
+def solution_phrases(source: str) -> list[str]:
+    """For each ``{solution}`` in a markdown cell's source, the longest run of plain words in
+    its body (letters, spaces, commas: text that renders as itself in any renderer), or ""
+    where the body has none of at least three words."""
+    phrases = []
+    for m in SOLUTION.finditer(source):
+        body = "\n".join(line for line in m.group("body").splitlines()
+                         if not line.startswith(":"))
+        runs = [r.strip(" ,") for r in re.findall(r"[A-Za-z][A-Za-z ,]*", body)]
+        runs = [r for r in runs if len(r.split()) >= 3]
+        phrases.append(max(runs, key=len) if runs else "")
+    return phrases
+
+
+def flat(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def problems(nb: dict, seen: dict, *, myst: bool) -> list[str]:
+    """What a reader of ``nb`` would meet, given what the browser read (see READ_NOTEBOOK)."""
+    if "error" in seen:
+        return [seen["error"]]
+    found = []
+    cells = nb["cells"]
+    if len(seen["before"]) != len(cells):
+        return [f"JupyterLab shows {len(seen['before'])} cells, the notebook has {len(cells)}"]
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"])
+        before, after = flat(seen["before"][i]), flat(seen["after"][i])
+        where = f"cell {i} ({flat(source)[:50]!r}...)"
+        if myst:
+            for raw in RAW:
+                if raw in after:
+                    at = after.index(raw)
+                    found.append(f"{where}: raw {raw!r}: ...{after[max(0, at - 40):at + 60]}...")
+            for ref in seen["unresolved"][i]:
+                found.append(f"{where}: unresolved reference, {flat(ref)}")
+            # jupyterlab-myst shows a {glue:text} role as its label, without a warning
+            for label in GLUE_ROLE.findall(source):
+                if label in after:
+                    found.append(f"{where}: shows the glue label {label!r}, not the number")
+        else:
+            for directive in seen["codeDirectives"][i]:
+                found.append(f"{where}: the directive {directive} is shown as a code block")
+        for phrase in solution_phrases(source):
+            if not phrase:
+                continue
+            if phrase in before:
+                found.append(f"{where}: a solution is readable before any click: {phrase!r}")
+            elif phrase not in after:
+                found.append(f"{where}: a solution is not readable after clicking its box: "
+                             f"{phrase!r}")
+        numbers = cell.get("metadata", {}).get("attncore", {}).get("numbers", {})
+        for label, text in numbers.items():
+            if flat(text) not in after:
+                found.append(f"{where}: the run's number {label} = {text!r} is not in the text")
+    return found
+
+
+# --- the runs ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reading(tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """{"myst": {name: seen}, "plain": {name: seen}} for every chapter and fixture, from two
+    JupyterLab servers (started together) and one browser."""
+    if not JUPYTER.exists():
+        pytest.fail(f"no {JUPYTER}: create the course environment (./scripts/lab does)")
+    root = tmp_path_factory.mktemp("notebooks")
+    for nb in CHAPTERS:
+        shutil.copy(nb, root / nb.name)
+    for name, make in FIXTURES.items():
+        notebook_fixtures.write(make(), root / name)
+    names = [*FIXTURES, *(nb.name for nb in CHAPTERS)]
+    with ExitStack() as stack:
+        labs = {}
+        for kind in ("myst", "plain"):
+            lab = JupyterLab(root, tmp_path_factory.mktemp(f"jupyter-{kind}"),
+                             myst=kind == "myst")
+            stack.callback(lab.stop)
+            labs[kind] = lab
+        try:
+            browser = Chromium(timeout=NOTEBOOK_S + 15, loopback=True)
+        except BrowserError as e:
+            pytest.fail(str(e))
+        stack.enter_context(browser)
+        for lab in labs.values():
+            lab.wait_until_up()
+        return {kind: read_notebooks(browser, lab, names) for kind, lab in labs.items()}
+
+
+def _notebook(name: str) -> dict:
+    if name in FIXTURES:
+        return json.loads(json.dumps(FIXTURES[name]()))
+    return json.loads((ROOT / "chapters" / name).read_text())
+
+
+@pytest.mark.parametrize("name", [nb.name for nb in CHAPTERS])
+def test_chapter_reads_right_with_jupyterlab_myst(reading, name):
+    found = problems(_notebook(name), reading["myst"][name], myst=True)
+    assert not found, f"{name} in JupyterLab with jupyterlab-myst:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name", [nb.name for nb in CHAPTERS])
+def test_chapter_hides_solutions_without_myst(reading, name):
+    found = problems(_notebook(name), reading["plain"][name], myst=False)
+    assert not found, f"{name} in JupyterLab without MyST:\n" + "\n".join(found)
+
+
+def test_the_checks_pass_on_a_notebook_that_follows_the_conventions(reading):
+    nb = _notebook("conventions.ipynb")
+    for kind in ("myst", "plain"):
+        seen = reading[kind]["conventions.ipynb"]
+        assert not problems(nb, seen, myst=kind == "myst"), kind
+        # and the solutions were found, hidden, clicked open and read
+        assert seen.get("clicked", 0) >= 2, (kind, seen)
+        after = " ".join(flat(t) for t in seen["after"] if t)
+        for text in notebook_fixtures.SOLUTION_TEXTS:
+            assert text in after, (kind, text)
+
+
+def test_the_checks_catch_each_break_of_the_conventions(reading):
+    # Guards the tests above against passing vacuously: each break in the broken fixture is
+    # reported where a reader would meet it.
+    nb = _notebook("broken.ipynb")
+    found = problems(nb, reading["myst"]["broken.ipynb"], myst=True)
+    report = "\n".join(found)
+    cell = {kind: i for i, kind in enumerate(notebook_fixtures.BROKEN)}
+
+    def reported(kind: str, words: str) -> bool:
+        return any(f.startswith(f"cell {cell[kind]} ") and words in f for f in found)
+
+    assert reported("glue role", "shows the glue label 'fixture-loss'"), report
+    assert reported("cite role", "Citation Not Found"), report
+    assert reported("reference to a missing label", "Cross Reference Not Found"), report
+    assert reported("numref of a figure made by code", "Cross Reference Not Found"), report
+    assert reported("number missing from its cell", "fixture-loss = '1.84'"), report
+    # Without MyST a backtick-fenced directive is a code block, and the bare solution is
+    # readable at once (with MyST both render, the solution as a closed dropdown).
+    plain = problems(nb, reading["plain"]["broken.ipynb"], myst=False)
+    assert any(f.startswith(f"cell {cell['backtick directive']} ")
+               and "{admonition} is shown as a code block" in f for f in plain), plain
+    assert any(f.startswith(f"cell {cell['solution outside details']} ")
+               and "readable before any click" in f for f in plain), plain
