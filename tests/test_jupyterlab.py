@@ -291,7 +291,7 @@ def problems(nb: dict, seen: dict, *, myst: bool) -> list[str]:
             continue
         source = "".join(cell["source"])
         before, after = flat(seen["before"][i]), flat(seen["after"][i])
-        where = f"cell {i} ({flat(source)[:50]!r}...)"
+        where = f"cells[{i}] ({flat(source)[:50]!r}...)"
         if myst:
             for raw in RAW:
                 if raw in after:
@@ -406,7 +406,7 @@ def test_the_checks_catch_each_break_of_the_conventions(reading):
     cell = {kind: i for i, kind in enumerate(notebook_fixtures.BROKEN)}
 
     def reported(kind: str, words: str) -> bool:
-        return any(f.startswith(f"cell {cell[kind]} ") and words in f for f in found)
+        return any(f.startswith(f"cells[{cell[kind]}] ") and words in f for f in found)
 
     assert reported("glue role", "shows the glue label 'fixture-loss'"), report
     assert reported("cite role", "Citation Not Found"), report
@@ -416,7 +416,7 @@ def test_the_checks_catch_each_break_of_the_conventions(reading):
     # Without MyST a backtick-fenced directive is a code block, and the bare solution is
     # readable at once (with MyST both render, the solution as a closed dropdown).
     plain = problems(nb, reading["plain"]["broken.ipynb"], myst=False)
-    assert any(f.startswith(f"cell {cell['backtick directive']} ")
+    assert any(f.startswith(f"cells[{cell['backtick directive']}] ")
                and "{admonition} is shown as a code block" in f for f in plain), plain
-    assert any(f.startswith(f"cell {cell['solution outside details']} ")
+    assert any(f.startswith(f"cells[{cell['solution outside details']}] ")
                and "readable before any click" in f for f in plain), plain

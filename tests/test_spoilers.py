@@ -191,7 +191,7 @@ def leaks(nb: dict, label: str, numbers: list) -> list[str]:
             for n in numbers:
                 for start, end in shows(text, n):
                     context = " ".join(text[max(0, start - 50):end + 30].split())
-                    found.append(f"cell {i}, {where}: {text[start:end]!r} is the answer "
+                    found.append(f"cells[{i}], {where}: {text[start:end]!r} is the answer "
                                  f"{n:g}: ...{context}...")
     return found
 
@@ -266,5 +266,5 @@ def test_the_check_sees_what_comes_before_the_exercise_and_nothing_after():
     nb.cells.append(late)
     found = leaks(json.loads(json.dumps(nb)), "ex-fixture-sum", [1408])
     assert [f.split(":")[0] for f in found] == [
-        f"cell {ex}, printed output", f"cell {ex + 1}, figure caption",
-        f"cell {ex + 3}, markdown", f"cell {ex + 4}, markdown"], found
+        f"cells[{ex}], printed output", f"cells[{ex + 1}], figure caption",
+        f"cells[{ex + 3}], markdown", f"cells[{ex + 4}], markdown"], found
