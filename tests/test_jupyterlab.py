@@ -54,11 +54,14 @@ ROOT = Path(__file__).resolve().parents[1]
 JUPYTER = ROOT / ".venv" / "bin" / "jupyter"
 ALL_CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 # Reading a chapter costs Chromium 1.5-6 s of CPU with jupyterlab-myst and 1-3 s without
-# (measured on a 2-core machine), about 75 s for all eleven; so the suite reads the first
-# chapter (what "how to use this book" promises) and the two longest in proofs, figures,
-# exercises and numbers from the run (2 and 6), and ATTNCORE_LAB_CHAPTERS=all reads every
-# chapter (or a comma-separated list of notebook names, those).
-SUBSET = ("00_how_to_use.ipynb", "02_why_sqrt_dk.ipynb", "06_positions.ipynb")
+# (measured on a 2-core machine), about 90 s for all eleven with both servers; so the suite
+# reads the first chapter (what "how to use this book" promises) and chapter 2, which has
+# every kind of content (proofs, figures, exercises with code and prose solutions, numbers
+# from the run, citations), and test_every_chapter_is_written_as_the_browser_check_expects
+# checks the source of every chapter for what the browser would show wrong.
+# ATTNCORE_LAB_CHAPTERS=all reads every chapter (or a comma-separated list of notebook
+# names, those); do that before trusting a change to how chapters are written.
+SUBSET = ("00_how_to_use.ipynb", "02_why_sqrt_dk.ipynb")
 _chosen = os.environ.get("ATTNCORE_LAB_CHAPTERS", "")
 CHAPTERS = [nb for nb in ALL_CHAPTERS
             if (_chosen == "all" or nb.name in (_chosen.split(",") if _chosen else SUBSET))]
@@ -71,8 +74,6 @@ RAW = (":::{", "```{", "{prf:", "{glue", "{cite", "{numref", "{doc}", "{ref}", "
 
 # Time limits, seconds: the server's start, one notebook's rendering, all the reading.
 START_S, NOTEBOOK_S, READ_S = 60, 120, 300
-
-pytestmark = pytest.mark.browser
 
 
 # --- the servers -----------------------------------------------------------------------------
@@ -170,6 +171,7 @@ window.attncoreDone = false;
   const dismiss = () => document.querySelectorAll('.jp-Dialog .jp-mod-reject')
                                .forEach(b => b.click());
   const read = async path => {
+    const start = Date.now();
     const panel = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
     await panel.context.ready;
     await panel.revealed;
@@ -197,6 +199,7 @@ window.attncoreDone = false;
     };
     try {
       const before = await settle();
+      const renderedMs = Date.now() - start;
       const unresolved = cells().map(c => c.model.type !== 'markdown' ? [] :
           [...c.node.querySelectorAll('.jp-InputArea > .myst [title$="Not Found"]')]
             .map(e => e.getAttribute('title') + ': ' + e.innerText));
@@ -211,7 +214,8 @@ window.attncoreDone = false;
         if (box && box.tagName === 'DETAILS' && !box.open) { s.click(); clicked++; }
       }
       const after = await settle();
-      return {before, after, unresolved, codeDirectives, clicked};
+      return {before, after, unresolved, codeDirectives, clicked, renderedMs,
+              ms: Date.now() - start};
     } finally {
       panel.dispose();
     }
@@ -363,12 +367,14 @@ def _notebook(name: str) -> dict:
     return json.loads((ROOT / "chapters" / name).read_text())
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("name", [nb.name for nb in CHAPTERS])
 def test_chapter_reads_right_with_jupyterlab_myst(reading, name):
     found = problems(_notebook(name), reading["myst"][name], myst=True)
     assert not found, f"{name} in JupyterLab with jupyterlab-myst:\n" + "\n".join(found)
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("name", [nb.name for nb in CHAPTERS])
 def test_chapter_hides_solutions_without_myst(reading, name):
     found = problems(_notebook(name), reading["plain"][name], myst=False)
@@ -380,11 +386,13 @@ def test_chapters_to_read():
     assert CHAPTERS, f"ATTNCORE_LAB_CHAPTERS={_chosen!r} names no chapter"
 
 
+@pytest.mark.browser
 def test_no_kernel_is_left_running(reading):
     for kind in ("myst", "plain"):
         assert reading[kind]["kernels"] == [], (kind, reading[kind]["kernels"])
 
 
+@pytest.mark.browser
 def test_the_checks_pass_on_a_notebook_that_follows_the_conventions(reading):
     nb = _notebook("conventions.ipynb")
     for kind in ("myst", "plain"):
@@ -397,6 +405,7 @@ def test_the_checks_pass_on_a_notebook_that_follows_the_conventions(reading):
             assert text in after, (kind, text)
 
 
+@pytest.mark.browser
 def test_the_checks_catch_each_break_of_the_conventions(reading):
     # Guards the tests above against passing vacuously: each break in the broken fixture is
     # reported where a reader would meet it.
@@ -420,3 +429,58 @@ def test_the_checks_catch_each_break_of_the_conventions(reading):
                and "{admonition} is shown as a code block" in f for f in plain), plain
     assert any(f.startswith(f"cells[{cell['solution outside details']}] ")
                and "readable before any click" in f for f in plain), plain
+
+
+# --- every chapter, from its source -------------------------------------------------------------
+
+DIRECTIVE_FENCE = re.compile(r"^`{3,}\{", re.M)
+ROLES = re.compile(r"\{(cite(?::\w+)?|glue(?::\w+)?|numref|doc)\}`")
+REFERENCE = re.compile(r"\{(?:prf:ref|ref)\}`(?:[^`<]*<)?([^`<>]+)>?`")
+LABEL = re.compile(r"^:label:[ \t]*(\S+)|^\((\S+)\)=[ \t]*$|^:name:[ \t]*(\S+)", re.M)
+WRAPPED = re.compile(r"^% <details><summary>Solution</summary>\n\n(?P<fence>:{3,})\{solution\}"
+                     r"[^\n]*\n.*?^(?P=fence)\n\n% </details>$", re.M | re.S)
+
+
+def source_problems(nb: dict) -> list[str]:
+    """What the conventions forbid and a reader would see: a directive in a backtick fence
+    (a code block without MyST), a role that jupyterlab-myst leaves as a label ({cite},
+    {glue:text}, {numref}, {doc}, a {ref} or {prf:ref} to a label of another document), a
+    solution outside its <details> wrapper."""
+    found = []
+    labels = {next(g for g in m.groups() if g)
+              for cell in nb["cells"] if cell["cell_type"] == "markdown"
+              for m in LABEL.finditer("".join(cell["source"]))}
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        source = "".join(cell["source"])
+        where = f"cells[{i}] ({flat(source)[:50]!r}...)"
+        for m in REFERENCE.finditer(source):
+            if m.group(1) not in labels:
+                found.append(f"{where}: a reference to {m.group(1)!r}, which is not "
+                             "labelled in this notebook (jupyterlab-myst cannot resolve it)")
+        for m in DIRECTIVE_FENCE.finditer(source):
+            found.append(f"{where}: a directive in a backtick fence: "
+                         f"{source[m.start():source.find(chr(10), m.start())]!r}")
+        for m in ROLES.finditer(source):
+            found.append(f"{where}: a {{{m.group(1)}}} role")
+        n_solutions = len(SOLUTION.findall(source))
+        n_wrapped = len(WRAPPED.findall(source))
+        if n_wrapped < n_solutions:
+            found.append(f"{where}: {n_solutions - n_wrapped} solution(s) not wrapped in "
+                         "% <details><summary>Solution</summary> ... % </details>")
+    return found
+
+
+@pytest.mark.parametrize("name", [nb.name for nb in ALL_CHAPTERS])
+def test_every_chapter_is_written_as_the_browser_check_expects(name):
+    found = source_problems(_notebook(name))
+    assert not found, f"{name}:\n" + "\n".join(found)
+
+
+def test_the_source_check_agrees_with_the_fixtures():
+    assert not source_problems(_notebook("conventions.ipynb"))
+    found = "\n".join(source_problems(_notebook("broken.ipynb")))
+    for words in ("backtick fence", "{glue:text} role", "{cite} role", "{numref} role",
+                  "1 solution(s) not wrapped", "'thm-fixture-nowhere', which is not"):
+        assert words in found, (words, found)
