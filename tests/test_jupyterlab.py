@@ -32,6 +32,7 @@ folder, so JupyterLab writes nothing into the repository.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -62,6 +63,9 @@ ALL_CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 # ATTNCORE_LAB_CHAPTERS=all reads every chapter (or a comma-separated list of notebook
 # names, those); do that before trusting a change to how chapters are written.
 SUBSET = ("00_how_to_use.ipynb", "02_why_sqrt_dk.ipynb")
+# A folder (existing) for a screenshot of each notebook as first rendered, in each JupyterLab
+# (myst-NAME.png, plain-NAME.png): what a person looks at before trusting the checks.
+SCREENSHOTS = os.environ.get("ATTNCORE_LAB_SCREENSHOTS", "")
 _chosen = os.environ.get("ATTNCORE_LAB_CHAPTERS", "")
 CHAPTERS = [nb for nb in ALL_CHAPTERS
             if (_chosen == "all" or nb.name in (_chosen.split(",") if _chosen else SUBSET))]
@@ -200,6 +204,10 @@ window.attncoreDone = false;
     try {
       const before = await settle();
       const renderedMs = Date.now() - start;
+      if (%(pause)s) {                  // let the test take a screenshot first
+        window.attncoreShow = path;
+        while (window.attncoreShown !== path) await sleep(100);
+      }
       const unresolved = cells().map(c => c.model.type !== 'markdown' ? [] :
           [...c.node.querySelectorAll('.jp-InputArea > .myst [title$="Not Found"]')]
             .map(e => e.getAttribute('title') + ': ' + e.innerText));
@@ -243,9 +251,17 @@ def read_notebooks(browser: Chromium, labs: dict[str, JupyterLab],
             browser.evaluate(APP_READY % {"limit_ms": START_S * 1000}, session,
                              await_promise=True)
             browser.evaluate(READ_NOTEBOOKS % {"names": json.dumps(names),
-                                               "limit_ms": NOTEBOOK_S * 1000}, session)
+                                               "limit_ms": NOTEBOOK_S * 1000,
+                                               "pause": json.dumps(bool(SCREENSHOTS))},
+                             session)
             while (not browser.evaluate("window.attncoreDone", session)
                    and time.monotonic() < deadline):
+                shown = SCREENSHOTS and browser.evaluate("window.attncoreShow", session)
+                if shown and shown != browser.evaluate("window.attncoreShown", session):
+                    shot = browser.call("Page.captureScreenshot", {"format": "png"}, session)
+                    path = Path(SCREENSHOTS) / f"{kind}-{Path(shown).stem}.png"
+                    path.write_bytes(base64.b64decode(shot["data"]))
+                    browser.evaluate(f"window.attncoreShown = {json.dumps(shown)}", session)
                 time.sleep(0.25)
             seen[kind] = browser.evaluate("window.attncoreRead", session)
         finally:
