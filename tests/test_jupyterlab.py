@@ -500,3 +500,38 @@ def test_the_source_check_agrees_with_the_fixtures():
     for words in ("backtick fence", "{glue:text} role", "{cite} role", "{numref} role",
                   "1 solution(s) not wrapped", "'thm-fixture-nowhere', which is not"):
         assert words in found, (words, found)
+
+
+@pytest.mark.browser
+def test_the_browser_reaches_loopback_and_nothing_else(tmp_path):
+    # The JupyterLab checks open Chromium to 127.0.0.1 only: any other address, a literal IP
+    # included, must still be refused (the site's checks open no network at all).
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "index.html").write_text("<html><body>served on loopback</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with Chromium(timeout=30, loopback=True) as browser:
+            target, session = browser.open_tab(f"http://127.0.0.1:{server.server_port}/")
+            for _ in range(100):
+                text = browser.evaluate("document.body ? document.body.innerText : ''", session)
+                if text:
+                    break
+                time.sleep(0.1)
+            assert text == "served on loopback"
+            browser.close_tab(target)
+            for url in ("http://example.org/", "http://93.184.215.14/", "http://10.0.0.1/"):
+                with pytest.raises(BrowserError, match="ERR_"):
+                    browser.open_tab(url)
+        with Chromium(timeout=30) as browser:           # as the site's checks use it
+            with pytest.raises(BrowserError, match="ERR_"):
+                browser.open_tab(f"http://127.0.0.1:{server.server_port}/")
+    finally:
+        server.shutdown()
+        server.server_close()
