@@ -46,13 +46,6 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--proxy-server=http://127.0.0.1:9",
          "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
 
-# The same, except that 127.0.0.1 may be reached (a server the test started, JupyterLab):
-# only that address escapes the resolver rule, and the dead proxy stays, so a request to any
-# other address, a literal IP included, still goes nowhere (Chromium never sends loopback
-# requests through a proxy). A proxy bypass list (<-loopback>) does not open loopback here.
-LOOPBACK_FLAGS = [f if not f.startswith("--host-resolver-rules=") else
-                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" for f in FLAGS]
-
 # Virtual milliseconds a page runs before it is read, as chromium --virtual-time-budget=20000.
 VIRTUAL_TIME_MS = 20000
 
@@ -93,14 +86,11 @@ class Chromium:
     every process it started) if it does not close.
     """
 
-    def __init__(self, timeout: float = 120.0, *, loopback: bool = False):
-        """``loopback=True`` lets pages reach 127.0.0.1 (and nothing else): see
-        LOOPBACK_FLAGS. By default no page reaches any network at all."""
+    def __init__(self, timeout: float = 120.0):
         if CHROMIUM is None:
             raise BrowserError("Debian's chromium is not installed: `apt-get install chromium` "
                                "(scripts/test installs it when run as root)")
         self.timeout = timeout
-        self.flags = LOOPBACK_FLAGS if loopback else FLAGS
         self._proc: subprocess.Popen | None = None
         self._start()
 
@@ -128,7 +118,7 @@ class Chromium:
 
         try:
             self._proc = subprocess.Popen(
-                [CHROMIUM, *self.flags, f"--user-data-dir={self._profile.name}",
+                [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}",
                  "--remote-debugging-pipe", "about:blank"],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 # its own process group, so that the browser and its helpers can be killed
@@ -266,8 +256,9 @@ class Chromium:
 
     def open_tab(self, url: str, *, width: int = 1400, height: int = 1000) -> tuple[str, str]:
         """Open ``url`` in a new tab with a ``width`` x ``height`` viewport; return the tab's
-        target and session ids (for :meth:`evaluate` and :meth:`close_tab`). The page's
-        clock runs in real time: wait for what the page does with :meth:`evaluate`."""
+        target and session ids (for :meth:`evaluate` and :meth:`close_tab`). Unlike
+        :meth:`open`, the page's clock runs in real time (a live server's page, JupyterLab,
+        keeps working): wait for what the page does with :meth:`evaluate`."""
         if self._proc is None:
             self._start()
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
