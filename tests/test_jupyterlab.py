@@ -76,8 +76,9 @@ FIXTURES = {"conventions.ipynb": notebook_fixtures.conventions_notebook,
 RAW = (":::{", "```{", "{prf:", "{glue", "{cite", "{numref", "{doc}", "{ref}", "{eq}",
        ":label:", ":class:")
 
-# Time limits, seconds: the server's start, one notebook's rendering, all the reading.
-START_S, NOTEBOOK_S, READ_S = 60, 120, 300
+# Time limits, seconds: the server's start, one notebook's rendering, and all the reading:
+# READ_S for each notebook a server shows (about 2 to 15 s each on a busy 2-core machine).
+START_S, NOTEBOOK_S, READ_S = 60, 120, 40
 
 
 # --- the servers -----------------------------------------------------------------------------
@@ -245,8 +246,10 @@ window.attncoreDone = false;
 def read_notebooks(browser: Chromium, labs: dict[str, JupyterLab],
                    names: list[str]) -> dict[str, dict[str, dict]]:
     """{kind: {name: what the reader sees, or {"error": why}}}: each server read in a tab of
-    its own, one after the other (a tab in the background is throttled), within READ_S."""
-    deadline = time.monotonic() + READ_S
+    its own, one after the other (a tab in the background is throttled), all within READ_S
+    seconds a notebook."""
+    limit = READ_S * len(names) * len(labs)
+    deadline = time.monotonic() + limit
     seen = {}
     for kind, lab in labs.items():
         target, session = browser.open_tab(f"{lab.url}/lab", width=1400, height=4000)
@@ -270,7 +273,7 @@ def read_notebooks(browser: Chromium, labs: dict[str, JupyterLab],
         finally:
             browser.close_tab(target)
         for name in names:
-            seen[kind].setdefault(name, {"error": f"not read within the test's {READ_S} s"})
+            seen[kind].setdefault(name, {"error": f"not read within the test's {limit} s"})
     return seen
 
 
