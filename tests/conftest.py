@@ -84,6 +84,7 @@ LONGEST_FIRST = (
     "chapters/09_inference.ipynb",
     "chapters/10_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
+    "tests/test_jupyterlab.py",
     "chapters/02_why_sqrt_dk.ipynb",
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",
