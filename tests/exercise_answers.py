@@ -157,8 +157,8 @@ ANSWERS: dict[str, Answers] = {
         wrong={"o_merged": "[3.0, 2.4]"}),
     "ex-tiled-budget": Answers(right={"h_answer": "39"},
                                wrong={"h_answer": "40"}),      # rounded up: one head too many
-    "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
-                                   wrong={"my_stall": "65504"}),   # overflow, not the stall
+    "ex-tiled-fp16-stall": Answers(right={"my_fraction": "2048 / 6000"},
+                                   wrong={"my_fraction": "1.0"}),   # the exact sum
     # --- end of chapter 7 -----------------------------------------------------------------
     # --- chapter 8, the backward pass of attention (08_backward_pass.ipynb) ----------------
     "ex-backward-one-row": Answers(
