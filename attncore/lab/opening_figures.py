@@ -1,9 +1,13 @@
 """The picture each chapter opens with: its problem, stated in one figure.
 
-One function per chapter (1 to 13), named after the chapter. Each computes what it shows
-with attncore, draws it on a new white figure about 8 x 3 inches with text at 9 pt or
-more, and returns the :class:`matplotlib.figure.Figure`; the same call draws the same
-figure (fixed seeds, no timing). A chapter shows it with::
+One function per chapter, named after the problem it shows: 1 :func:`soft_lookup`,
+2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
+5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`score_memory`,
+8 :func:`softmax_gradient`, 9 :func:`kv_cache_growth`, 10 :func:`minilm_head`,
+11 :func:`lm_loss_curve`, 12 :func:`causal_work_per_rank`, 13 :func:`cache_per_token`.
+Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
+with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
+draws the same figure (fixed seeds, no timing). A chapter shows it with::
 
     from attncore.lab import opening_figures
     opening_figures.why_sqrt_dk(); plt.show()
@@ -16,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["what_attention_computes", "why_sqrt_dk", "matmul_views",
-           "scaled_dot_product_attention", "multi_head_attention", "positions",
-           "tiled_attention", "backward_pass", "inference", "inside_a_pretrained_model",
-           "the_whole_transformer", "beyond_one_device", "attention_in_todays_llms"]
+__all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
+           "causal_scores", "heads_on_a_sentence", "blind_to_order",
+           "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
+           "lm_loss_curve", "causal_work_per_rank", "cache_per_token"]
 
 SIZE = (8.0, 3.0)
 """Width and height of every opening figure, in inches."""
@@ -61,7 +65,7 @@ def _heatmap(ax: Any, m: np.ndarray, *, rows: Any = None, cols: Any = None,
     return image
 
 
-def what_attention_computes() -> Any:
+def soft_lookup() -> Any:
     """Chapter 1: a hard dictionary lookup next to attention's soft one.
 
     One query against five keys (seeded, width 4): the hard lookup puts weight 1 on the
@@ -127,7 +131,7 @@ def why_sqrt_dk() -> Any:
     return fig
 
 
-def matmul_views() -> Any:
+def four_views() -> Any:
     """Chapter 3: the four readings of one product C = AB, as the part of C each builds.
 
     A 4 x 3 times 3 x 4 product of small integers: an entry is one row of A against one
@@ -167,7 +171,7 @@ def matmul_views() -> Any:
     return fig
 
 
-def scaled_dot_product_attention() -> Any:
+def causal_scores() -> Any:
     """Chapter 4: a causal layer's scores, its mask and the weights that result.
 
     Five tokens with seeded queries and keys of width 8: the scaled scores, the causal
@@ -198,7 +202,7 @@ def scaled_dot_product_attention() -> Any:
     return fig
 
 
-def multi_head_attention() -> Any:
+def heads_on_a_sentence() -> Any:
     """Chapter 5: four heads of one layer, each with its own map over one sentence.
 
     A seeded multi-head layer (width 16, four heads) on "the dog bites the man", with one
@@ -226,7 +230,7 @@ def multi_head_attention() -> Any:
     return fig
 
 
-def positions() -> Any:
+def blind_to_order() -> Any:
     """Chapter 6: without positions, a word's output ignores where it stands; with RoPE not.
 
     "the dog bites the man" and "the man bites the dog" through one seeded multi-head
@@ -269,7 +273,7 @@ def positions() -> Any:
     return fig
 
 
-def tiled_attention() -> Any:
+def score_memory() -> Any:
     """Chapter 7: memory for one head's scores against the sequence length N.
 
     The reference computation holds all N x N scores; the tiled one holds one block of
@@ -296,7 +300,7 @@ def tiled_attention() -> Any:
     return fig
 
 
-def backward_pass() -> Any:
+def softmax_gradient() -> Any:
     """Chapter 8: how the gradient of the weights becomes the gradient of the scores.
 
     Five tokens, seeded q, k, v (width 8) and output gradient: the weights P, the
@@ -326,7 +330,7 @@ def backward_pass() -> Any:
     return fig
 
 
-def inference() -> Any:
+def kv_cache_growth() -> Any:
     """Chapter 9: the KV cache grows by one token per decoding step.
 
     LLaMA-2 70B's shape (80 layers, 64 query heads of width 128, 16-bit numbers) with
@@ -361,7 +365,7 @@ def inference() -> Any:
     return fig
 
 
-def inside_a_pretrained_model() -> Any:
+def minilm_head() -> Any:
     """Chapter 10: the weights of one head of all-MiniLM-L6-v2 on one sentence.
 
     The head (of any layer) that puts the most weight on the previous token, on
@@ -389,7 +393,7 @@ def inside_a_pretrained_model() -> Any:
     return fig
 
 
-def the_whole_transformer() -> Any:
+def lm_loss_curve() -> Any:
     """Chapter 11: the course's language model learning, step by step.
 
     The training loss stored with the shipped checkpoint (a two-layer character model),
@@ -424,7 +428,7 @@ def the_whole_transformer() -> Any:
     return fig
 
 
-def beyond_one_device() -> Any:
+def causal_work_per_rank() -> Any:
     """Chapter 12: causal attention's work per rank, contiguous shards against zigzag.
 
     16 positions on 4 ranks: each query row of the causal score matrix coloured by the
@@ -466,7 +470,7 @@ def beyond_one_device() -> Any:
     return fig
 
 
-def attention_in_todays_llms() -> Any:
+def cache_per_token() -> Any:
     """Chapter 13: KV-cache bytes per token for DeepSeek-V2's sizes, four ways.
 
     60 layers, 128 heads of width 128, 16-bit numbers: multi-head (a key and a value per
