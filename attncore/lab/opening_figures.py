@@ -456,7 +456,7 @@ def causal_work_per_rank() -> Any:
             owner[rows] = rank + 1
             work[layout].append(int(allowed[rows].sum()))
         _heatmap(ax, np.where(allowed, owner, 0), cmap=cmap, vmin=-0.5, vmax=4.5)
-        ax.set_title(f"{layout}: query rows by rank")
+        ax.set_title(f"{layout} shards")
         ax.set_xlabel("key")
         ax.set_ylabel("query")
     x = np.arange(world)
