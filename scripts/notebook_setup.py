@@ -55,6 +55,9 @@ NEEDED = _course_setup.MODULES["notebooks"]
 OPTIONAL_EXTRAS = {
     "pretrained": (_course_setup.MODULES["pretrained"],
                    re.compile(r"\battncore\.pretrained\b|\bac\.pretrained\b|\bMiniLM\b")),
+    # Chapter 14's kernels: Triton is a large package, installed only where a chapter uses it.
+    "triton": (_course_setup.MODULES["triton"],
+               re.compile(r"\battncore\.triton\b|^\s*(?:import|from)\s+triton\b", re.M)),
 }
 TORCH_CPU_INDEX = _course_setup.TORCH_CPU_INDEX
 BUNDLE = "attention-course.zip"

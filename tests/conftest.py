@@ -21,6 +21,11 @@ settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True
                           print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
+# Triton (attncore.triton, chapter 14) chooses between compiling and interpreting its kernels
+# when it is imported: without a GPU, its interpreter, whichever test imports it first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 BACKENDS = ["numpy", "torch-cpu"] + (["torch-cuda"] if torch.cuda.is_available() else [])
 DTYPES = [np.float32, np.float64]
 # Agreement promised between implementations (attncore's backends, PyTorch's own).
@@ -79,6 +84,7 @@ LONGEST_FIRST = (
     "chapters/09_inference.ipynb",
     "chapters/10_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
+    "tests/test_jupyterlab.py",
     "chapters/02_why_sqrt_dk.ipynb",
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",

@@ -26,6 +26,26 @@ _SWAP_HEADS = ("def swap_heads(p):\n"
                "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
                "                   b_v=p.b_v[order]")
 
+# Chapter 14's row log-sum-exp kernel, with the mask of the last tile of columns as a slot.
+_ROW_LSE = """import triton
+import triton.language as tl
+
+@triton.jit
+def row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
+                   BLOCK_C: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_R], tl.float32)
+    for start in range(0, n_cols, BLOCK_C):
+        cols = start + tl.arange(0, BLOCK_C)
+        keep = (rows[:, None] < n_rows) & ({mask})
+        x = tl.load(X + rows[:, None] * n_cols + cols[None, :], mask=keep,
+                    other={other})
+        m_new = tl.maximum(m, tl.max(x, 1))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), 1)
+        m = m_new
+    tl.store(LSE + rows, m + tl.log(l), mask=rows < n_rows)"""
+
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
@@ -137,8 +157,8 @@ ANSWERS: dict[str, Answers] = {
         wrong={"o_merged": "[3.0, 2.4]"}),
     "ex-tiled-budget": Answers(right={"h_answer": "39"},
                                wrong={"h_answer": "40"}),      # rounded up: one head too many
-    "ex-tiled-fp16-stall": Answers(right={"my_stall": "2048"},
-                                   wrong={"my_stall": "65504"}),   # overflow, not the stall
+    "ex-tiled-fp16-stall": Answers(right={"my_fraction": "2048 / 6000"},
+                                   wrong={"my_fraction": "1.0"}),   # the exact sum
     # --- end of chapter 7 -----------------------------------------------------------------
     # --- chapter 8, the backward pass of attention (08_backward_pass.ipynb) ----------------
     "ex-backward-one-row": Answers(
@@ -209,4 +229,15 @@ ANSWERS: dict[str, Answers] = {
         wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
     "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
                                 wrong={"my_values": "[0.26, -0.04]"}),
+    # --- chapter 14, the kernel itself (14_the_kernel_itself.ipynb) -----------------------
+    "ex-kernel-row-lse": Answers(
+        right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+                                                 other='float("-inf")')},
+        # masked columns read as 0, which the sum counts as exp(0 - m), instead of -inf
+        wrong={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+                                                 other="0.0")}),
+    "ex-kernel-causal-tiles": Answers(right={"my_pairs": "272"},
+                                      wrong={"my_pairs": "256"}),   # half of all 512 pairs
+    "ex-kernel-tile-bytes": Answers(right={"my_bytes": "230400"},
+                                    wrong={"my_bytes": "98304"}),   # the input tiles alone
 }

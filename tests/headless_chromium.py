@@ -254,6 +254,33 @@ class Chromium:
             self._stop()
             raise
 
+    def open_tab(self, url: str, *, width: int = 1400, height: int = 1000) -> tuple[str, str]:
+        """Open ``url`` in a new tab with a ``width`` x ``height`` viewport; return the tab's
+        target and session ids (for :meth:`evaluate` and :meth:`close_tab`). Unlike
+        :meth:`open`, the page's clock runs in real time (a live server's page, JupyterLab,
+        keeps working): wait for what the page does with :meth:`evaluate`."""
+        if self._proc is None:
+            self._start()
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget",
+                            {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Runtime.enable", session=session)
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                  session)
+        navigation = self.call("Page.navigate", {"url": url}, session)
+        if navigation.get("errorText"):
+            raise BrowserError(f"{url}: {navigation['errorText']}")
+        return target, session
+
+    def close_tab(self, target: str) -> None:
+        self.call("Target.closeTarget", {"targetId": target})
+
+    def evaluate(self, expression: str, session: str, *, await_promise: bool = False) -> Any:
+        """The value of the JavaScript ``expression`` in the tab of ``session`` (a promise
+        awaited if ``await_promise``); an exception in the page is a BrowserError."""
+        return self._evaluate(expression, session, await_promise=await_promise)
+
     def _evaluate(self, expression: str, session: str, *, await_promise: bool = False) -> Any:
         answer = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
                                                 "awaitPromise": await_promise}, session)

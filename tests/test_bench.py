@@ -78,6 +78,24 @@ def test_the_gpu_tables_are_written_from_a_run(tiny):
     del torch
 
 
+def test_the_triton_table_times_compiled_kernels_only(tiny):
+    torch = pytest.importorskip("torch")
+    # without CUDA the GPU tables say that the kernel was not timed, and why
+    r = run.run_gpu(True, 9, lambda message: None, device="cpu")
+    assert isinstance(r["triton"], str)
+    assert "Not measured: no CUDA device" in run.gpu_markdown(r, "python -m bench.run --gpu")
+    with pytest.raises(ValueError, match="CUDA only"):
+        measure.triton_vs_sdpa(16, device="cpu")
+    # the table, from rows shaped as triton_vs_sdpa returns them
+    stat = {"median": 1.1, "q1": 1.0, "q3": 1.2, "seconds": {"median": 2e-3}}
+    row = {"n": 4096, "heads": 8, "d_k": 64, "causal": True, "dtype": "float16",
+           "flop": 10**9, "forward": {"triton": stat}, "forward_backward": {"triton": stat}}
+    md = "\n".join(run.triton_table({"triton": [row], "peak_tflops": 100.0, "gpu": "X"}))
+    assert "| float16 | True | 4096 | 1.10 [1.00-1.20] | 1.10 [1.00-1.20] |" in md
+    assert "| 0.5 | 0% |" in md or "| 0.5 | 1% |" in md
+    del torch
+
+
 def test_rounds_below_nine_are_refused(capsys):
     with pytest.raises(SystemExit):
         run.main(["--rounds", "5"])
@@ -90,7 +108,9 @@ def test_the_performance_page_quotes_the_committed_run():
     new run cannot be committed under the old run's words. (One-decimal numbers are the
     prose's own roundings and differences, "about 0.4".)"""
     root = Path(__file__).resolve().parents[1]
-    committed = (root / "bench" / "results" / "cpu.md").read_text()
+    # the CPU run, and the training-step table run on its own (bench/run.py --only training)
+    committed = "\n".join((root / "bench" / "results" / name).read_text()
+                          for name in ("cpu.md", "training.md"))
     page = (root / "performance.md").read_text()
     # The prose and the directives' text (a figure's alt text and caption), not code blocks.
     prose, fence = [], None
@@ -104,4 +124,4 @@ def test_the_performance_page_quotes_the_committed_run():
     quoted = set(re.findall(number, prose))
     assert len(quoted) >= 5, "the check would see too little of the page"
     missing = sorted(quoted - set(re.findall(number, committed)))
-    assert not missing, f"performance.md quotes numbers that bench/results/cpu.md lacks: {missing}"
+    assert not missing, f"performance.md quotes numbers that the committed runs lack: {missing}"

@@ -354,7 +354,8 @@ def test_the_setup_cell_is_short_and_readable():
     from test_book_structure import LINE_LIMIT
 
     for repository, limit in (("", 12), ("https://github.com/someone/a-fork-of-the-course", 16)):
-        for extras in ((), tuple(notebook_setup.OPTIONAL_EXTRAS)):
+        # no extra, or one (no chapter needs two: pretrained's model, or triton's kernels)
+        for extras in ((),) + tuple((e,) for e in notebook_setup.OPTIONAL_EXTRAS):
             lines = notebook_setup.setup_source(repository, extras).splitlines()
             assert len(lines) <= limit and max(map(len, lines)) <= LINE_LIMIT, lines
             compile("\n".join(lines), "setup-cell", "exec")
@@ -382,9 +383,13 @@ def test_the_setup_cell_installs_what_the_chapters_import():
     assert _extra_requirements("notebooks") == set(notebook_setup.NEEDED) - {"attncore"}
     for extra, (modules, _) in notebook_setup.OPTIONAL_EXTRAS.items():
         assert _extra_requirements(extra) == set(modules), extra
-    covered = set(notebook_setup.NEEDED) | {"torch", "numpy"} | set(sys.stdlib_module_names)
+    always = set(notebook_setup.NEEDED) | {"torch", "numpy"} | set(sys.stdlib_module_names)
     for nb in notebook_setup.chapter_notebooks():
-        for cell in json.loads(nb.read_text())["cells"]:
+        data = json.loads(nb.read_text())
+        # and the modules of the optional extras the chapter's set-up cell installs
+        covered = always.union(*(notebook_setup.OPTIONAL_EXTRAS[e][0]
+                                 for e in notebook_setup.extras_for(data)))
+        for cell in data["cells"]:
             if cell["cell_type"] != "code" or notebook_setup.is_setup_cell(cell):
                 continue
             for m in re.finditer(r"^\s*(?:from|import)\s+(\w+)", "".join(cell["source"]), re.M):
@@ -557,7 +562,16 @@ def test_the_bundle_holds_the_course(bundle):
     assert len((bundle / "README.txt").read_text().splitlines()) == 3
     assert "--index-url https://download.pytorch.org/whl/cpu" in (bundle / "README.txt").read_text()
     requirements = (bundle / "requirements.txt").read_text()
-    assert re.search(rf"^\./{re.escape(wheels[0])}\[notebooks,pretrained\]$", requirements, re.M)
+    # every extra that a chapter's set-up cell may name, so that every chapter runs there
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_course_setup",
+                                                  ROOT / "chapters" / "_course_setup.py")
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    extras = ",".join(helper.MODULES)
+    assert {"notebooks", "pretrained", "triton"} <= set(helper.MODULES), helper.MODULES
+    assert re.search(rf"^\./{re.escape(wheels[0])}\[{extras}\]$", requirements, re.M), \
+        requirements
     pin = re.search(r"^torch\S*$", (ROOT / "requirements.txt").read_text(), re.M).group(0)
     assert re.search(rf"^{re.escape(pin)}$", requirements, re.M), requirements
     assert re.search(r"^jupyterlab\b", requirements, re.M), requirements

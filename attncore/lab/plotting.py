@@ -23,12 +23,14 @@ def sharp_figures() -> None:
     sharp on a high-density screen and shown at the same size as before. The background is
     opaque white, so that the dark text of a figure stays readable on a dark page.
 
-    PNG rather than SVG: nbval compares every SVG output as text (a figure's SVG holds
-    random clip-path ids and a date unless told otherwise, and path coordinates that may
-    change in the last digit between machines), while it skips PNG data and output metadata.
+    PNG rather than SVG: a figure's SVG is text that holds random clip-path ids and a date
+    unless told otherwise, and path coordinates that may change in the last digit between
+    machines, so the same run would not store the same output twice.
 
     Outside IPython (a plain script) it only sets the background.
     """
+    # (The notebooks' stored outputs are compared with a fresh run; PNG data is not compared
+    # byte for byte, SVG text would be.)
     import matplotlib as mpl
 
     mpl.rcParams.update({"figure.facecolor": "white", "savefig.facecolor": "white",

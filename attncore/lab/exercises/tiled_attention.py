@@ -95,6 +95,10 @@ def memory_budget(heads) -> Verdict:
                           "divide the budget by one head's peak and round down.")
 
 
+STALL_KEYS = 6000
+"""How many keys the float16-stall exercise adds."""
+
+
 def float16_stall() -> float:
     """The value at which a float16 running sum of ones stops growing, found by adding."""
     total, one = np.float16(0), np.float16(1)
@@ -105,17 +109,21 @@ def float16_stall() -> float:
 
 @exercise("ex-tiled-fp16-stall")
 def fp16_stall(value) -> Verdict:
-    """Where a float16 running sum of terms equal to 1 stops growing."""
-    value = real_answer("my_stall", value)
-    answer = float16_stall()
-    if value == answer:
-        return Verdict(True, "From there on the gap between neighbouring float16 numbers is "
-                             "2, and x + 1 rounds back to x (ties go to the even neighbour).")
-    if value >= np.finfo(np.float16).max:
-        return Verdict(False, "that is where float16 overflows; the sum stops growing long "
-                              "before. Add ones in np.float16 and watch.")
-    if value > answer:
-        return Verdict(False, f"{value:g} is never reached: the sum stops growing earlier. "
-                              "When does x + 1 round back to x?")
-    return Verdict(False, f"{value:g} + 1 is still a float16 number, so the sum keeps "
-                          "growing there.")
+    """The fraction of the true sum that a float16 running sum of 6,000 ones holds."""
+    value = real_answer("my_fraction", value)
+    answer = float16_stall() / STALL_KEYS
+    if abs(value - answer) < 1e-3:
+        return Verdict(True, "The sum stops growing long before the last key: from there on "
+                             "the gap between neighbouring float16 numbers is 2, and x + 1 "
+                             "rounds back to x (ties go to the even neighbour).")
+    if abs(value - 1) < 1e-3:
+        return Verdict(False, "that is the exact sum; in float16 the running sum stops "
+                              "growing before the last key. Add ones in np.float16 and watch.")
+    if value > 1:
+        return Verdict(False, "a sum of positive terms that stops growing cannot end above "
+                              "the true sum.")
+    if value <= 0:
+        return Verdict(False, "the first 1,000 additions are exact, so the fraction is "
+                              "positive.")
+    return Verdict(False, "not quite: find the value where x + 1 == x in np.float16, then "
+                          "divide by the number of keys.")
