@@ -20,6 +20,7 @@ views). What the chapters use to *study* it lives here, one module per instrumen
 * ``order_task.py``    -- a task that needs order (the token k places back) and a one-layer
   model told positions in four ways: none, learned, sinusoidal, RoPE
 * ``plotting.py``      -- attention heatmaps
+* ``opening_figures.py`` -- the picture each chapter opens with: its problem in one figure
 * ``diagrams.py``      -- block diagrams of scaled dot-product and multi-head attention
 * ``profiling.py``, ``torch_memory.py`` -- timing and peak-memory measurements
 * ``comparisons.py``   -- side-by-side measurements of naive and tiled attention (forward and
