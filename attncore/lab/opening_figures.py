@@ -4,7 +4,8 @@ One function per chapter, named after the problem it shows: 1 :func:`soft_lookup
 2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
 5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`score_memory`,
 8 :func:`softmax_gradient`, 9 :func:`kv_cache_growth`, 10 :func:`minilm_head`,
-11 :func:`lm_loss_curve`, 12 :func:`causal_work_per_rank`, 13 :func:`cache_per_token`.
+11 :func:`lm_loss_curve`, 12 :func:`causal_work_per_rank`, 13 :func:`cache_per_token`,
+14 :func:`programs_over_tiles`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
 draws the same figure (fixed seeds, no timing). A chapter shows it with::
@@ -23,7 +24,8 @@ import numpy as np
 __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
            "causal_scores", "heads_on_a_sentence", "blind_to_order",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
-           "lm_loss_curve", "causal_work_per_rank", "cache_per_token"]
+           "lm_loss_curve", "causal_work_per_rank", "cache_per_token",
+           "programs_over_tiles"]
 
 SIZE = (8.0, 3.0)
 """Width and height of every opening figure, in inches."""
@@ -499,4 +501,53 @@ def cache_per_token() -> Any:
     ax.invert_yaxis()
     ax.set_xlabel("KV cache per token (KiB, log scale)")
     _style(ax)
+    return fig
+
+
+def programs_over_tiles() -> Any:
+    """Chapter 14: a flash-attention kernel's programs over the tiles of causal scores.
+
+    128 queries and keys in tiles of 32: each program owns one row of tiles (one tile of
+    queries) and walks the key tiles left to right; under a causal mask it skips the tiles
+    above the diagonal and masks inside the diagonal tile. Beside it, the number of key
+    tiles each program visits.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.colors as mcolors
+
+    import attncore as ac
+
+    n, block = 128, 32
+    tiles = n // block
+    allowed = ac.causal_mask(n, n)
+    owner = np.zeros((n, n))
+    visits = []
+    for program in range(tiles):
+        rows = slice(program * block, (program + 1) * block)
+        # a tile is computed when any of its scores is allowed (the causal skip)
+        seen = [bool(allowed[rows, k * block:(k + 1) * block].any()) for k in range(tiles)]
+        visits.append(sum(seen))
+        for k, used in enumerate(seen):
+            if used:
+                tile = owner[rows, k * block:(k + 1) * block]
+                tile[allowed[rows, k * block:(k + 1) * block]] = program + 1
+    fig, axes = _figure(2, width_ratios=[1, 1.3])
+    cmap = mcolors.ListedColormap(["white", "C0", "C1", "C2", "C3"])
+    _heatmap(axes[0], owner, cmap=cmap, vmin=-0.5, vmax=4.5)
+    for edge in range(1, tiles):
+        axes[0].axhline(edge * block - 0.5, color="0.3", linewidth=0.8)
+        axes[0].axvline(edge * block - 0.5, color="0.3", linewidth=0.8)
+    axes[0].set_title("causal scores, one colour per program")
+    axes[0].set_xlabel("key")
+    axes[0].set_ylabel("query")
+    axes[1].bar(np.arange(tiles), visits, color=[f"C{p}" for p in range(tiles)])
+    axes[1].set_xticks(np.arange(tiles), [f"program {p}" for p in range(tiles)])
+    axes[1].set_yticks(np.arange(tiles + 1))
+    axes[1].set_ylabel("key tiles visited")
+    axes[1].set_title(f"tiles of {block}: {sum(visits)} of {tiles * tiles} computed")
+    _style(axes[0])
+    _style(axes[1])
     return fig
