@@ -62,6 +62,45 @@ from .multihead import (
 __all__ = ["BaseKVCache", "KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
 
 
+
+def check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
+    """``batch_shape`` checked: a tuple of non-negative integers (a cache's leading shape).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a tuple, or an entry that is not a non-negative integer.
+    """
+    if not isinstance(batch_shape, tuple):
+        raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
+                        f"{batch_shape!r} ({type(batch_shape).__name__})")
+    return tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
+
+
+def check_cache_layout(batch_shape: Any, d_k: Any, d_v: Any, dtype: Any, backend: str,
+                       device: Any, *, min_d_v: int = 0) -> tuple[tuple[int, ...], int, int,
+                                                                  Any]:
+    """The checked layout every cache shares: ``(batch_shape, d_k, d_v, NumPy dtype)``.
+
+    ``d_v`` None means ``d_k``; ``min_d_v`` is the smallest ``d_v`` the cache can hold.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`check_batch_shape`; ``d_k`` not a positive integer; ``d_v`` below
+        ``min_d_v``; a backend other than ``"numpy"`` and ``"torch"``; a device with NumPy;
+        a dtype the backend does not compute in.
+    """
+    batch_shape = check_batch_shape(batch_shape)
+    d_k = check_size("d_k", d_k)
+    d_v = d_k if d_v is None else check_size("d_v", d_v, minimum=min_d_v)
+    if backend not in (NUMPY, TORCH):
+        raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+    if backend == NUMPY and device is not None:
+        raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
+    return batch_shape, d_k, d_v, _numpy_float_dtype(dtype, backend)
+
+
 class BaseKVCache:
     """What :func:`decode_step` needs of a cache: the layout, ``append`` and ``truncate``.
 
@@ -216,17 +255,8 @@ class KVCache(BaseKVCache):
                  d_v: int | None = None, *, dtype: Any = np.float64, backend: str = NUMPY,
                  device: Any = None) -> None:
         self._capacity = check_size("capacity", capacity, minimum=0)
-        if not isinstance(batch_shape, tuple):
-            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
-                            f"{batch_shape!r} ({type(batch_shape).__name__})")
-        self.batch_shape = tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
-        self.d_k = check_size("d_k", d_k)
-        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v, minimum=0)
-        if backend not in (NUMPY, TORCH):
-            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-        if backend == NUMPY and device is not None:
-            raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
-        np_dtype = _numpy_float_dtype(dtype, backend)
+        self.batch_shape, self.d_k, self.d_v, np_dtype = check_cache_layout(
+            batch_shape, d_k, d_v, dtype, backend, device)
         k_shape = self.batch_shape + (self._capacity, self.d_k)
         v_shape = self.batch_shape + (self._capacity, self.d_v)
         if backend == NUMPY:
@@ -249,9 +279,7 @@ class KVCache(BaseKVCache):
         (``x.shape[:-2]``)."""
         if not isinstance(params, MultiHeadParams):
             raise TypeError(f"params: expected a MultiHeadParams, got {type(params).__name__}")
-        if not isinstance(batch_shape, tuple):
-            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
-                            f"{batch_shape!r} ({type(batch_shape).__name__})")
+        check_batch_shape(batch_shape)
         device = None if params.backend == NUMPY else params.w_q.device
         return cls(capacity, batch_shape + (params.n_kv_heads,), params.d_head,
                    dtype=params.w_q.dtype, backend=params.backend, device=device)

@@ -53,7 +53,7 @@ from ._backend import (
     shape_of,
 )
 from .attention import scaled_dot_product_attention
-from .kvcache import KVCache, bottom_right_causal_mask
+from .kvcache import KVCache, bottom_right_causal_mask, check_batch_shape
 from .multihead import _linear, _numpy_float_dtype, merge_heads, split_heads
 from .positions import _check_base, rope
 
@@ -173,9 +173,7 @@ class MLAParams:
         """An empty cache for :func:`mla_decode`: ``batch_shape + (1,)`` rows holding
         ``[c, k_R]`` (width :attr:`cache_width`) per position and no values (the values
         are the latent itself)."""
-        if not isinstance(batch_shape, tuple):
-            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
-                            f"{batch_shape!r} ({type(batch_shape).__name__})")
+        check_batch_shape(batch_shape)
         device = None if self.backend == NUMPY else self.w_dkv.device
         return KVCache(capacity, batch_shape + (1,), self.cache_width, 0,
                        dtype=self.w_dkv.dtype, backend=self.backend, device=device)

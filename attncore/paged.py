@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, TORCH, check_size, dtype_name
-from .kvcache import BaseKVCache, check_truncate
-from .multihead import _numpy_float_dtype
+from ._backend import NUMPY, check_size, dtype_name
+from .kvcache import BaseKVCache, check_cache_layout, check_truncate
 
 __all__ = ["BlockPool", "PagedKVCache"]
 
@@ -67,17 +66,8 @@ class BlockPool:
                  backend: str = NUMPY, device: Any = None) -> None:
         self.num_blocks = check_size("num_blocks", num_blocks, minimum=0)
         self.block_size = check_size("block_size", block_size)
-        if not isinstance(batch_shape, tuple):
-            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
-                            f"{batch_shape!r} ({type(batch_shape).__name__})")
-        self.batch_shape = tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
-        self.d_k = check_size("d_k", d_k)
-        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v, minimum=0)
-        if backend not in (NUMPY, TORCH):
-            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-        if backend == NUMPY and device is not None:
-            raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
-        np_dtype = _numpy_float_dtype(dtype, backend)
+        self.batch_shape, self.d_k, self.d_v, np_dtype = check_cache_layout(
+            batch_shape, d_k, d_v, dtype, backend, device)
         lead = (self.num_blocks,) + self.batch_shape + (self.block_size,)
         if backend == NUMPY:
             self._k = np.zeros(lead + (self.d_k,), np_dtype)

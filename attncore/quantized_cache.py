@@ -27,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, TORCH, check_size
-from .kvcache import BaseKVCache, check_truncate
-from .multihead import _numpy_float_dtype
+from ._backend import NUMPY, check_size
+from .kvcache import BaseKVCache, check_cache_layout, check_truncate
 
 __all__ = ["Int8KVCache"]
 
@@ -91,22 +90,13 @@ class Int8KVCache(BaseKVCache):
                  d_v: int | None = None, *, key_scale: str = "token", group_size: int = 32,
                  dtype: Any = np.float64, backend: str = NUMPY, device: Any = None) -> None:
         self._capacity = check_size("capacity", capacity, minimum=0)
-        if not isinstance(batch_shape, tuple):
-            raise TypeError(f"batch_shape: expected a tuple of non-negative integers, got "
-                            f"{batch_shape!r} ({type(batch_shape).__name__})")
-        self.batch_shape = tuple(check_size("batch_shape", n, minimum=0) for n in batch_shape)
-        self.d_k = check_size("d_k", d_k)
         # a scale is the largest magnitude of its group: a value needs at least one number
-        self.d_v = self.d_k if d_v is None else check_size("d_v", d_v)
+        self.batch_shape, self.d_k, self.d_v, np_dtype = check_cache_layout(
+            batch_shape, d_k, d_v, dtype, backend, device, min_d_v=1)
         if key_scale not in ("token", "channel"):
             raise ValueError(f"key_scale: expected 'token' or 'channel', got {key_scale!r}")
         self.key_scale = key_scale
         self.group_size = check_size("group_size", group_size)
-        if backend not in (NUMPY, TORCH):
-            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-        if backend == NUMPY and device is not None:
-            raise ValueError(f"device: expected None for backend='numpy', got {device!r}")
-        np_dtype = _numpy_float_dtype(dtype, backend)
         b, cap, g = self.batch_shape, self._capacity, self.group_size
         key_scales = (cap, 1) if key_scale == "token" else (-(-cap // g), self.d_k)
         shapes = {"_qk": (b + (cap, self.d_k), "int8"), "_qv": (b + (cap, self.d_v), "int8"),
