@@ -24,7 +24,8 @@ import numpy as np
 
 from ._backend import NUMPY
 
-__all__ = ["Dropout", "check_dropout", "dropout"]
+__all__ = ["BlockDropout", "Dropout", "block_dropout", "block_keep", "check_dropout",
+           "dropout"]
 
 
 class Dropout(NamedTuple):
@@ -121,3 +122,71 @@ def apply_dropout(x: Any, found: Dropout) -> Any:
                        device=x.device).bernoulli_(keep_probability,
                                                    generator=found.generator)
     return x * keep.to(x.dtype) / keep_probability
+
+
+# --- dropout whose mask a blocked loop can draw again: tiled attention ----------------------
+
+class BlockDropout(NamedTuple):
+    """Dropout whose mask is a function of the position: entry ``(b, i, j)`` of the weights
+    (``b`` the flattened batch index) is kept when a hash of ``seed`` and its index is at
+    least ``p * 2**32``. Tiled attention needs this: its backward pass recomputes each
+    block of weights and must drop exactly the entries its forward pass dropped, without
+    storing an ``(n_q, n_k)`` mask. Each entry is still kept with probability ``1 - p``
+    (up to ``2**-32``), independently in the sense that no two indices share a draw."""
+
+    p: float
+    seed: int
+
+
+def block_dropout(found: Dropout, like: Any) -> BlockDropout:
+    """Draw the seed of a :class:`BlockDropout` from ``found``'s generator (one draw)."""
+    if isinstance(like, np.ndarray):
+        rng = found.generator if found.generator is not None else np.random.default_rng()
+        return BlockDropout(found.p, int(rng.integers(0, 2**32)))
+    torch = sys.modules["torch"]
+    seed = torch.randint(0, 2**32, (1,), generator=found.generator,
+                         device=found.generator.device if found.generator is not None
+                         else like.device)
+    return BlockDropout(found.p, int(seed.item()))
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: Any) -> Any:
+    """A 32-bit integer hash (two multiply-xorshift rounds) of int64 values below 2**32;
+    every product stays below 2**63, so int64 arithmetic never overflows."""
+    for _ in range(2):
+        x = x ^ (x >> 16)
+        x = (x * 0x45D9F3B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def block_keep(drop: BlockDropout, like: Any, batch: tuple[int, ...], n_q: int, n_k: int,
+               r0: int, j0: int, j1: int) -> Any:
+    """The dropout factor of the block of weights ``[..., r0:n_q, j0:j1]``: ``1 / (1 - p)``
+    where the entry is kept, 0 where it is dropped.
+
+    Returns an array of shape ``batch + (n_q - r0, j1 - j0)`` in ``like``'s library, dtype
+    and device; the same arguments give the same factor, block by block or all at once.
+    """
+    factor = 1.0 / (1.0 - drop.p)
+    threshold = min(int(math.ceil(drop.p * 2**32)), 2**32)
+    size = math.prod(batch)
+    if isinstance(like, np.ndarray):
+        b = np.arange(size, dtype=np.int64).reshape(batch + (1, 1))
+        i = np.arange(r0, n_q, dtype=np.int64).reshape(n_q - r0, 1)
+        j = np.arange(j0, j1, dtype=np.int64)
+        where, one, zero = np.where, np.asarray(factor, like.dtype), np.zeros((), like.dtype)
+    else:
+        torch = sys.modules["torch"]
+        b = torch.arange(size, dtype=torch.int64, device=like.device).reshape(batch + (1, 1))
+        i = torch.arange(r0, n_q, dtype=torch.int64, device=like.device).reshape(n_q - r0, 1)
+        j = torch.arange(j0, j1, dtype=torch.int64, device=like.device)
+        where = torch.where
+        one = like.new_tensor(factor)
+        zero = like.new_zeros(())
+    counter = (b * n_q + i) * n_k + j
+    h = _mix32((counter & _MASK32) ^ (drop.seed & _MASK32))
+    h = _mix32(h ^ ((counter >> 32) & _MASK32))
+    return where(h >= threshold, one, zero)

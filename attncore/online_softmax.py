@@ -118,9 +118,11 @@ def _any(x: Any) -> bool:
 # --- the online-softmax state: the arithmetic, unchecked (attncore's own callers) ---------
 
 def _state(scores: Any, v: Any, m: Any = None, overwrite: bool = False,
-           empty_rows: bool = True) -> SoftmaxState:
+           empty_rows: bool = True, out_factor: Any = None) -> SoftmaxState:
     """``empty_rows=False`` promises that every row has a finite score (no mask, or only
-    the causal one, and no overflow), so the row maximum needs no guard against -inf."""
+    the causal one, and no overflow), so the row maximum needs no guard against -inf.
+    ``out_factor`` (shaped like ``scores``) multiplies the weights of the output only, not
+    of the sum: attention dropout (the weights are normalised before they are dropped)."""
     xp = _xp(scores)
     if m is None:
         m = _row_max(scores)
@@ -130,7 +132,7 @@ def _state(scores: Any, v: Any, m: Any = None, overwrite: bool = False,
         p = xp.exp(scores, out=scores)
     else:
         p = xp.exp(scores - shift)
-    return SoftmaxState(m, _row_sum(p), p @ v)
+    return SoftmaxState(m, _row_sum(p), (p if out_factor is None else p * out_factor) @ v)
 
 
 def _merge(a: SoftmaxState, b: SoftmaxState, into_a: bool = False) -> SoftmaxState:

@@ -39,7 +39,7 @@ from ._backend import (
     ungroup_heads,
 )
 from ._guard import attention_guard, is_low_precision
-from .dropout import check_dropout
+from .dropout import BlockDropout, block_dropout, block_keep, check_dropout
 from .online_softmax import (
     SoftmaxState,
     _empty_state,
@@ -93,9 +93,17 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
         Also return the row log-sum-exp of the scores, which the backward pass needs
         (:func:`~attncore.tiled_attention_backward`).
     dropout_p : real number in ``[0, 1)``, default 0.0
-        Checked as in the reference; only 0 is supported (see Raises).
+        Attention dropout with PyTorch's semantics, as in the reference: each weight is
+        zeroed with probability ``dropout_p`` and the rest scaled by ``1 / (1 - p)``
+        (``0`` changes nothing, bit for bit). The mask is not drawn entry by entry from
+        the generator: one seed is, and weight ``(b, i, j)`` is kept when a hash of the
+        seed and its position clears ``p`` (:func:`attncore.dropout.block_keep`), so that
+        the backward pass drops the same weights again, block by block, without storing
+        an ``(n_q, n_k)`` mask. Each weight is still kept with probability ``1 - p``;
+        the same generator state gives the same result, though not the reference's mask.
+        ``lse`` is that of the weights before dropout.
     generator : numpy.random.Generator or torch.Generator, optional
-        Checked as in the reference.
+        The source of the seed, matching the inputs' library (as in the reference).
 
     Returns
     -------
@@ -114,13 +122,6 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
     ------
     TypeError, ValueError
         As the reference, and for a ``block_size`` that is not a positive integer.
-    NotImplementedError
-        ``dropout_p > 0``: the backward pass recomputes each block's weights, and it
-        would have to draw exactly the forward pass's dropout mask again; rather than
-        store an ``(n_q, n_k)`` mask (the memory tiling avoids) or give a result that
-        differs from :func:`~attncore.scaled_dot_product_attention` with the same
-        generator, tiled attention refuses dropout. Use the reference for training with
-        attention dropout.
 
     Notes
     -----
@@ -146,12 +147,7 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
                                    enable_gqa=enable_gqa)
     block_size = check_size("block_size", block_size)
     return_lse = check_flag("return_lse", return_lse)
-    if check_dropout(dropout_p, generator, shape.backend, like=q) is not None:
-        raise NotImplementedError(
-            f"tiled_attention: dropout_p={float(dropout_p)!r} is not supported (its backward "
-            f"pass recomputes the weights block by block and would need the same dropout "
-            f"mask again); use scaled_dot_product_attention(..., dropout_p=...) for "
-            f"attention dropout")
+    found = check_dropout(dropout_p, generator, shape.backend, like=q)
     if shape.group > 1:
         # Grouped-query attention: the same loop on grouped views of the same arrays
         # (group_heads), after the value checks in the caller's terms.
@@ -159,11 +155,15 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
         q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
         result = tiled_attention(q, k, v, block_size=block_size, mask=mask,
                                  causal=grouped.causal, scale=grouped.scale,
-                                 return_lse=return_lse)
+                                 return_lse=return_lse, dropout_p=dropout_p,
+                                 generator=generator)
         if not return_lse:
             return ungroup_heads(result, shape)
         out, lse = result
         return ungroup_heads(out, shape), lse.reshape(shape.batch + (shape.n_q,))
+    # The dropout mask is a function of a seed and the position (one draw from the
+    # generator), so that the backward pass can drop the same weights again, block by block.
+    drop = None if found is None else block_dropout(found, q)
     if shape.backend == NUMPY:
         qw, kw, vw = (x.astype(np.float32) for x in (q, k, v)) if is_low_precision(q) \
             else (q, k, v)
@@ -174,20 +174,21 @@ def tiled_attention(q: Any, k: Any, v: Any, *, block_size: int = 512, mask: Any 
         # check the scores one by one, and exp(-inf) = 0 is then the right weight)
         with np.errstate(over="ignore") if not guard.certified else nullcontext():
             state = _tiled_state(qw * np.asarray(shape.scale, dtype=qw.dtype),
-                                 np.swapaxes(kw, -1, -2), vw, mask, shape, block_size)
+                                 np.swapaxes(kw, -1, -2), vw, mask, shape, block_size, drop)
         out = _finalize(state, in_place=True)
         if guard.v_factor is not None:
             out *= guard.v_factor
         out = out.astype(q.dtype, copy=False)
         return (out, _log_sum_exp(state)[..., 0]) if return_lse else out
-    out, lse = _tiled_torch(q, k, v, mask, shape, block_size)
+    out, lse = _tiled_torch(q, k, v, mask, shape, block_size, drop)
     return (out, lse[..., 0]) if return_lse else out
 
 
 def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
-                 block_size: int) -> SoftmaxState:
+                 block_size: int, drop: BlockDropout | None = None) -> SoftmaxState:
     """The running state over all key blocks. ``qs`` is ``scale * q``, ``kt`` is ``k^T``,
-    all in the working dtype; the mask is the caller's (not combined with causal)."""
+    all in the working dtype; the mask is the caller's (not combined with causal). With
+    ``drop``, each block's weights are dropped in the output (not in the sum)."""
     batch, n_q, n_k, causal = shape.batch, shape.n_q, shape.n_k, shape.causal
     xp = _xp(qs)
     allowed, rows, cols, neg_inf = _block_setup(qs, mask, shape)
@@ -205,10 +206,12 @@ def _tiled_state(qs: Any, kt: Any, v: Any, mask: Any, shape: Any,
             scores = xp.where(keep, scores, neg_inf)
         # Merge this block's state into the running state of rows r0: (views, updated in
         # place). The scores are our own temporary, so the exponentials may overwrite them.
-        block = _state(scores, v[..., j0:j1, :], overwrite=True)
+        factor = None if drop is None else \
+            block_keep(drop, qs, batch, n_q, n_k, r0, j0, j1)
+        block = _state(scores, v[..., j0:j1, :], overwrite=True, out_factor=factor)
         rows_seen = SoftmaxState(*(x[..., r0:, :] for x in state))
         _merge(rows_seen, block, into_a=True)
-        del scores, block, keep         # free this block before the next one is allocated
+        del scores, block, keep, factor  # free this block before the next is allocated
     return state
 
 
@@ -239,7 +242,7 @@ def _block_mask(allowed: Any, causal: bool, rows: Any, cols: Any, r0: int, j0: i
 # --- tiled attention on torch, with its backward pass ----------------------------------------
 
 def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
-                 block_size: int) -> tuple[Any, Any]:
+                 block_size: int, drop: BlockDropout | None = None) -> tuple[Any, Any]:
     """``(out, lse)``, lse of shape ``(..., n_q, 1)`` in the working dtype."""
     import torch
 
@@ -252,14 +255,14 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
         # torch.func (vmap, grad, jacrev, jvp, jacfwd) and forward-mode AD: the same
         # block loop without in-place updates, which the transforms differentiate and
         # batch like any other torch code
-        out, lse = _tiled_out_of_place(qw, kw, vw, mask, shape, block_size)
+        out, lse = _tiled_out_of_place(qw, kw, vw, mask, shape, block_size, drop)
         lse = lse.detach()
     elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or
                                       v.requires_grad):
-        out, lse = _tiled_function().apply(qw, kw, vw, mask, shape, block_size)
+        out, lse = _tiled_function().apply(qw, kw, vw, mask, shape, block_size, drop)
     else:
         state = _tiled_state(qw * shape.scale, kw.transpose(-1, -2), vw, mask, shape,
-                             block_size)
+                             block_size, drop)
         out = _finalize(state, in_place=True)
         lse = _log_sum_exp(state)
     if guard.v_factor is not None:
@@ -268,7 +271,7 @@ def _tiled_torch(q: Any, k: Any, v: Any, mask: Any, shape: Any,
 
 
 def _tiled_out_of_place(q: Any, k: Any, v: Any, mask: Any, shape: Any,
-                        block_size: int) -> tuple[Any, Any]:
+                        block_size: int, drop: BlockDropout | None = None) -> tuple[Any, Any]:
     """``(out, lse)`` by the block loop of :func:`_tiled_state`, every step out of place.
 
     For torch's transforms and for a second derivative: plain differentiable operations
@@ -295,7 +298,11 @@ def _tiled_out_of_place(q: Any, k: Any, v: Any, mask: Any, shape: Any,
         alpha = torch.exp(m - shift)                   # 0 while no key was seen
         p = torch.exp(s - shift)
         total = alpha * total + p.sum(dim=-1, keepdim=True)
-        acc = alpha * acc + p @ v[..., j0:j1, :]
+        if drop is not None:
+            p_out = p * block_keep(drop, q, batch, n_q, n_k, 0, j0, j1)
+        else:
+            p_out = p
+        acc = alpha * acc + p_out @ v[..., j0:j1, :]
         m = m_new
     seen = total > 0
     safe = torch.where(seen, total, torch.ones_like(total))
@@ -310,7 +317,8 @@ def _transpose(x: Any) -> Any:
 
 
 def _tiled_backward(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: int,
-                    out: Any, lse: Any, grad_out: Any) -> tuple[Any, Any, Any, Any, Any]:
+                    out: Any, lse: Any, grad_out: Any,
+                    drop: BlockDropout | None = None) -> tuple[Any, Any, Any, Any, Any]:
     """Gradients of attention with respect to ``q, k, v``, one key block at a time.
 
     FlashAttention's backward pass, for NumPy arrays and torch tensors alike (no autograd:
@@ -329,6 +337,10 @@ def _tiled_backward(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: i
     belongs to these inputs) and ``dS``'s sum (0, as the softmax Jacobian sends constant
     vectors to 0, when ``out`` belongs to them too); the public function checks them.
     Memory: the gradients, ``scale * q``, and two ``(..., n_q, block_size)`` blocks.
+
+    With ``drop`` (the forward pass's dropout, factor ``Z_b``: ``1/(1-p)`` or 0), the output
+    was ``(P * Z) V``: ``dV_b = (P_b * Z_b)^T dO`` and ``dS_b = P_b * (dP_b * Z_b - D)``;
+    ``D = rowsum(dO * O)`` is still ``rowsum(P * dP * Z)``.
     """
     xp = _xp(q)
     n_q, n_k, causal, scale = shape.n_q, shape.n_k, shape.causal, shape.scale
@@ -350,15 +362,18 @@ def _tiled_backward(q: Any, k: Any, v: Any, mask: Any, shape: Any, block_size: i
             s = xp.where(keep, s, neg_inf)
         s -= shift[..., r0:, :]
         p = xp.exp(s, out=s)                     # P_b, in the scores' memory
-        dv[..., j0:j1, :] += _transpose(p) @ go  # dV_b = P_b^T dO
+        z = None if drop is None else block_keep(drop, q, shape.batch, n_q, n_k, r0, j0, j1)
+        dv[..., j0:j1, :] += _transpose(p if z is None else p * z) @ go   # dV_b = P_b^T dO
         ds = go @ _transpose(vb)                 # dP_b = dO V_b^T
+        if z is not None:
+            ds *= z
         ds -= d[..., r0:, :]
         ds *= p                                  # dS_b = P_b * (dP_b - D), in place
         dq[..., r0:, :] += ds @ kb
         dk[..., j0:j1, :] += _transpose(ds) @ q[..., r0:, :]
         weight_sums[..., r0:, :] += _row_sum(p)
         ds_sums[..., r0:, :] += _row_sum(ds)
-        del s, p, ds, keep               # free this block before the next is allocated
+        del s, p, ds, keep, z            # free this block before the next is allocated
     dq *= scale                          # S = scale Q K^T: the scale enters dQ and dK once
     dk *= scale
     return dq, dk, dv, weight_sums, ds_sums
@@ -379,18 +394,18 @@ def _tiled_function() -> Any:
         """Tiled attention with a block-wise backward pass (inputs in the working dtype)."""
 
         @staticmethod
-        def forward(q, k, v, mask, shape, block_size):
+        def forward(q, k, v, mask, shape, block_size, drop):
             state = _tiled_state(q * shape.scale, k.transpose(-1, -2), v, mask, shape,
-                                 block_size)
+                                 block_size, drop)
             lse = _log_sum_exp(state)          # before the division overwrites out
             return _finalize(state, in_place=True), lse
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            q, k, v, mask, shape, block_size = inputs
+            q, k, v, mask, shape, block_size, drop = inputs
             out, lse = output
             ctx.save_for_backward(q, k, v, mask, out, lse)
-            ctx.shape, ctx.block_size = shape, block_size
+            ctx.shape, ctx.block_size, ctx.drop = shape, block_size, drop
             ctx.mark_non_differentiable(lse)
 
         @staticmethod
@@ -402,10 +417,10 @@ def _tiled_function() -> Any:
                 # instead (a second derivative has the reference's memory).
                 return _differentiable_backward(ctx, q, k, v, mask, grad_out)
             dq, dk, dv, _, _ = _tiled_backward(q, k, v, mask, ctx.shape, ctx.block_size,
-                                               out, lse, grad_out)
+                                               out, lse, grad_out, ctx.drop)
             return (dq if ctx.needs_input_grad[0] else None,
                     dk if ctx.needs_input_grad[1] else None,
-                    dv if ctx.needs_input_grad[2] else None, None, None, None)
+                    dv if ctx.needs_input_grad[2] else None, None, None, None, None)
 
     _FUNCTION = TiledAttentionFunction
     return _FUNCTION
@@ -419,11 +434,11 @@ def _differentiable_backward(ctx: Any, q: Any, k: Any, v: Any, mask: Any,
 
     wanted = [x for x, need in zip((q, k, v), ctx.needs_input_grad[:3]) if need]
     with torch.enable_grad():
-        out, _ = _tiled_out_of_place(q, k, v, mask, ctx.shape, ctx.block_size)
+        out, _ = _tiled_out_of_place(q, k, v, mask, ctx.shape, ctx.block_size, ctx.drop)
         grads = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True,
                                          allow_unused=True))
     found = [next(grads) if need else None for need in ctx.needs_input_grad[:3]]
     found = [torch.zeros_like(x) if need and g is None else g
              for x, need, g in zip((q, k, v), ctx.needs_input_grad[:3], found)]
-    return (*found, None, None, None)
+    return (*found, None, None, None, None)
 

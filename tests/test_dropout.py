@@ -109,11 +109,69 @@ def test_generator_must_match_the_library():
         ac.scaled_dot_product_attention(*t, dropout_p=0.1, generator=np.random.default_rng(0))
 
 
-def test_tiled_attention_refuses_dropout_clearly():
-    q, k, v = qkv("numpy")
-    with pytest.raises(NotImplementedError, match="tiled_attention: dropout_p=0.1 is not "
-                                                  "supported"):
-        ac.tiled_attention(q, k, v, dropout_p=0.1)
+def tiled_dropout_reference(q, k, v, p, gen, **kw):
+    """Attention with the factor tiled attention draws from the same generator state,
+    applied to the reference's weights: ``(A * Z) V``."""
+    from attncore.dropout import Dropout, block_dropout, block_keep
+
+    drop = block_dropout(Dropout(p, gen), q)
+    *batch, n_q, _ = q.shape
+    n_k = k.shape[-2]
+    z = block_keep(drop, q.detach() if isinstance(q, torch.Tensor) else q, tuple(batch),
+                   n_q, n_k, 0, 0, n_k)
+    w = ac.scaled_dot_product_attention(q, k, v, return_weights=True, **kw)[1]
+    return (w * z) @ v, z
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_size", [3, 5, 64])
+def test_tiled_dropout_drops_the_same_weights_block_by_block(backend, causal, block_size):
+    q, k, v = qkv(backend, shape=(2, 3, 11, 4))
+    out = ac.tiled_attention(q, k, v, causal=causal, block_size=block_size, dropout_p=0.3,
+                             generator=generator(backend, 7))
+    ref, z = tiled_dropout_reference(q, k, v, 0.3, generator(backend, 7), causal=causal)
+    np.testing.assert_allclose(to_numpy(out), to_numpy(ref), rtol=1e-12, atol=1e-12)
+    kept = to_numpy(z) > 0
+    assert 0.5 < kept.mean() < 0.9                    # about 1 - p of the weights survive
+    again = ac.tiled_attention(q, k, v, causal=causal, block_size=block_size, dropout_p=0.3,
+                               generator=generator(backend, 7))
+    assert np.array_equal(to_numpy(out), to_numpy(again))          # reproducible
+    other = ac.tiled_attention(q, k, v, causal=causal, block_size=block_size, dropout_p=0.3,
+                               generator=generator(backend, 8))
+    assert not np.allclose(to_numpy(out), to_numpy(other))         # another seed, another mask
+
+
+def test_tiled_dropout_keeps_each_weight_with_probability_one_minus_p():
+    from attncore.dropout import BlockDropout, block_keep
+
+    z = block_keep(BlockDropout(0.25, 12345), np.zeros(1), (4, 8), 64, 64, 0, 0, 64)
+    assert set(np.unique(z)) == {0.0, 1 / 0.75}
+    kept = (z > 0).mean()                              # 131,072 draws: sd about 0.0012
+    assert abs(kept - 0.75) < 0.006, kept
+    # rows and columns are not correlated: neighbouring weights agree as often as chance
+    agree = ((z[..., 1:] > 0) == (z[..., :-1] > 0)).mean()
+    assert abs(agree - (0.75**2 + 0.25**2)) < 0.01, agree
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_dropout_backward_equals_autograd_of_the_same_mask(causal):
+    q, k, v = (x.requires_grad_() for x in qkv("torch", shape=(2, 2, 9, 4)))
+    out = ac.tiled_attention(q, k, v, causal=causal, block_size=4, dropout_p=0.25,
+                             generator=torch.Generator().manual_seed(3))
+    ref, _ = tiled_dropout_reference(q, k, v, 0.25, torch.Generator().manual_seed(3),
+                                     causal=causal)
+    go = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), go)
+    want = torch.autograd.grad(ref, (q, k, v), go)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # the differentiable backward (create_graph=True) drops the same weights
+    again = ac.tiled_attention(q, k, v, causal=causal, block_size=4, dropout_p=0.25,
+                               generator=torch.Generator().manual_seed(3))
+    second = torch.autograd.grad(again, (q, k, v), go, create_graph=True)
+    for a, b in zip(second, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
