@@ -57,12 +57,30 @@ def _worker(fn: Callable[..., Any], rank: int, world_size: int, port: int,
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
             world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+    except BaseException:       # the group never formed: the parent may try a fresh port
+        results.put((rank, _SETUP_FAILED, traceback.format_exc()))
+        return
+    try:
         try:
             results.put((rank, True, fn(rank, world_size, *args)))
         finally:
             dist.destroy_process_group()
     except BaseException:                           # report it to the parent, then exit
         results.put((rank, False, traceback.format_exc()))
+
+
+# What a rank reports when init_process_group itself failed (not fn).
+_SETUP_FAILED = "setup failed"
+
+# How many times a group whose set-up failed is formed again, on a fresh port. Forming a
+# gloo group on one machine now and then fails for reasons outside the computation: the
+# port the system reported free is taken in between by another process, or a connection of
+# gloo's full mesh is reset while the ranks start (seen as "Connection closed by peer").
+SETUP_ATTEMPTS = 3
+
+
+class _SetupFailed(Exception):
+    pass
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
@@ -93,11 +111,27 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
     Raises
     ------
     RuntimeError
-        A rank raised (its traceback is quoted), a process died without reporting, or the
-        deadline passed; every process has been stopped by then.
+        A rank raised (its traceback is quoted), a process died without reporting, the
+        group could not be formed in :data:`SETUP_ATTEMPTS` tries (each on a fresh port),
+        or the deadline passed; every process has been stopped by then.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size: expected a positive integer, got {world_size!r}")
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        try:
+            return _run_once(fn, world_size, args, timeout_s, threads, deadline)
+        except _SetupFailed as failed:
+            if attempt == SETUP_ATTEMPTS or time.monotonic() >= deadline:
+                raise RuntimeError(f"run_ranks: the process group could not be formed in "
+                                   f"{attempt} tries; the last error:\n{failed}") from None
+    raise AssertionError("unreachable")
+
+
+def _run_once(fn: Callable[..., Any], world_size: int, args: tuple, timeout_s: float,
+              threads: int, deadline: float) -> list[Any]:
+    """One try of :func:`run_ranks`: raises :class:`_SetupFailed` if the group did not
+    form (every process stopped), RuntimeError for everything else."""
     # fork only where it is safe with threads running in the parent (Linux); macOS lists
     # fork too, but its system libraries may not survive it
     method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -108,7 +142,6 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
                          args=(fn, rank, world_size, port, timeout_s, threads, args,
                                results))
              for rank in range(world_size)]
-    deadline = time.monotonic() + timeout_s
     found: dict[int, Any] = {}
     try:
         for p in procs:
@@ -131,6 +164,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any,
                                            f"{[procs[r].exitcode for r in dead]}) without "
                                            f"a result")
                 continue
+            if ok == _SETUP_FAILED:
+                raise _SetupFailed(f"rank {rank} of {world_size}:\n{value}")
             if not ok:
                 raise RuntimeError(f"run_ranks: rank {rank} of {world_size} raised:\n{value}")
             found[rank] = value
