@@ -54,7 +54,7 @@ from ._backend import (
 )
 from .attention import scaled_dot_product_attention
 from .kvcache import KVCache, bottom_right_causal_mask, check_batch_shape
-from .multihead import _linear, _numpy_float_dtype, merge_heads, split_heads
+from .multihead import _linear, _numpy_float_dtype, _on_backend, merge_heads, split_heads
 from .positions import _check_base, rope
 
 __all__ = ["MLAParams", "absorbed_weights", "init_mla", "mla", "mla_decode"]
@@ -247,14 +247,7 @@ def init_mla(d_model: int, num_heads: int, *, d_latent_kv: int, d_latent_q: int 
               "w_dkv": xavier(d_model, d_c), "w_uk": xavier(d_c, h * d_head),
               "w_uv": xavier(d_c, h * d_head), "w_kr": xavier(d_model, d_r),
               "w_o": xavier(h * d_head, d_model)}
-    if backend == NUMPY:
-        conv = {n: None if a is None else a.astype(np_dtype) for n, a in arrays.items()}
-    else:
-        import torch
-
-        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
-        conv = {n: None if a is None else torch.tensor(a, dtype=tdtype, device=device)
-                for n, a in arrays.items()}
+    conv = _on_backend(arrays, dtype, np_dtype, backend, device)
     return MLAParams(num_heads=h, rope_base=rope_base, **conv)
 
 

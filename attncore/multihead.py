@@ -208,6 +208,20 @@ def check_num_heads(num_heads: Any, d_model: int) -> int:
     return num_heads
 
 
+def _on_backend(arrays: dict[str, Any], dtype: Any, np_dtype: Any, backend: str,
+                device: Any) -> dict[str, Any]:
+    """Seeded NumPy weights (``None`` for an absent bias) in the backend's library, dtype and
+    device: the last step of every ``init_*`` function, so that one seed gives the same
+    numbers on every backend."""
+    if backend == NUMPY:
+        return {n: None if a is None else a.astype(np_dtype) for n, a in arrays.items()}
+    import torch
+
+    tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
+    return {n: None if a is None else torch.tensor(a, dtype=tdtype, device=device)
+            for n, a in arrays.items()}
+
+
 def init_multihead(d_model: int, num_heads: int, *, n_kv_heads: int | None = None,
                    d_kv: int | None = None, bias: bool = True, seed: int = 0,
                    dtype: Any = np.float64, backend: str = NUMPY,
@@ -281,14 +295,7 @@ def init_multihead(d_model: int, num_heads: int, *, n_kv_heads: int | None = Non
     for name in ("b_q", "b_k", "b_v", "b_o"):
         width = d_kv_heads if name in ("b_k", "b_v") else d_model
         arrays[name] = np.zeros(width) if bias else None
-    if backend == NUMPY:
-        conv = {n: (None if a is None else a.astype(np_dtype)) for n, a in arrays.items()}
-    else:
-        import torch
-
-        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
-        conv = {n: (None if a is None else torch.tensor(a, dtype=tdtype, device=device))
-                for n, a in arrays.items()}
+    conv = _on_backend(arrays, dtype, np_dtype, backend, device)
     return MultiHeadParams(num_heads=num_heads, **conv)
 
 

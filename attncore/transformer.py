@@ -46,6 +46,7 @@ from .kvcache import KVCache, decode_step
 from .multihead import (
     MultiHeadParams,
     _numpy_float_dtype,
+    _on_backend,
     check_n_kv_heads,
     check_num_heads,
     init_multihead,
@@ -354,14 +355,7 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
         for name in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2"):
             arrays[name] = None
     np_dtype = _numpy_float_dtype(dtype, backend)
-    if backend == NUMPY:
-        conv = {n: None if a is None else a.astype(np_dtype) for n, a in arrays.items()}
-    else:
-        import torch
-
-        tdtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np_dtype.name)
-        conv = {n: None if a is None else torch.tensor(a, dtype=tdtype, device=device)
-                for n, a in arrays.items()}
+    conv = _on_backend(arrays, dtype, np_dtype, backend, device)
     return TransformerBlockParams(attn, norm_first=norm_first, activation=activation, **conv)
 
 
