@@ -55,15 +55,16 @@ DATE = (2026, 1, 1, 0, 0, 0)
 # The size of the environment install.py makes from the bundle (measured on Linux with the
 # CPU build of torch, Python 3.11: du -sm of the virtual environment, 2,340 MB, Triton
 # 691 MB of it), for the README.
-ENVIRONMENT_SIZE = "about 2.3 GB on Linux, 0.7 GB of it Triton, which installs on Linux only"
+ENVIRONMENT_SIZE = "about 2.3 GB on Linux, 0.7 GB of it Triton, which only Linux gets"
 
 
 def _readme(first: str) -> str:
     return f"""\
 Attention, from the proof up: every chapter as a notebook, and attncore, the course's package.
+It runs on Linux, macOS 14 or newer on Apple silicon, and Windows, with Python 3.11 to 3.14.
 
-Install, in this folder, with Python 3.11 to 3.14 (two commands; the second takes a few
-minutes and installs {ENVIRONMENT_SIZE}):
+Install, in this folder (two commands; the second takes a few minutes and installs
+{ENVIRONMENT_SIZE}):
 
     python3 -m venv .venv
     .venv/bin/python install.py
