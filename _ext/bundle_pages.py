@@ -260,8 +260,11 @@ def page_notebook(root: Path, repo_path: str) -> dict:
                                        repo_path).splitlines(keepends=True)
     for i, cell in enumerate(cells):
         cell["id"] = f"page-{i}"
-    return {"cells": cells, "metadata": {"language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
+    # The chapters' kernel, so that JupyterLab opens the page as it is (not marked changed).
+    metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                               "name": "python3"},
+                "language_info": {"name": "python"}}
+    return {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
 
 
 def dump(nb: dict) -> str:
