@@ -64,7 +64,25 @@ def plan() -> dict[str, str]:
         new = str(path.with_name(f"{number:02d}_{slug}"))
         if new != stem:
             moves[stem] = new
+        # A chapter's own pages (its "Going further" notebook, listed under it as a section)
+        # carry the chapter's number.
+        for section in toc_sections().get(stem, []):
+            spath = Path(section)
+            sm = NUMBERED.match(spath.name)
+            snew = str(spath.with_name(f"{number:02d}_{sm.group(2) if sm else spath.name}"))
+            if snew != section:
+                moves[section] = snew
     return moves
+
+
+def toc_sections() -> dict[str, list[str]]:
+    """Chapter stem -> the stems of the pages listed under it (``sections:``)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    out = {}
+    for part in toc["parts"]:
+        for chapter in part.get("chapters") or []:
+            out[chapter["file"]] = [s["file"] for s in chapter.get("sections") or []]
+    return out
 
 
 def tracked_text_files() -> list[Path]:
@@ -73,7 +91,8 @@ def tracked_text_files() -> list[Path]:
     files = []
     for name in names:
         p = ROOT / name
-        if name and p.is_file() and p.suffix in TEXT_SUFFIXES and p.stat().st_size < 5_000_000:
+        if (name and p.is_file() and p.suffix in TEXT_SUFFIXES and p.stat().st_size < 5_000_000
+                and p != Path(__file__).resolve()):      # its own examples stay as written
             files.append(p)
     return files
 

@@ -148,7 +148,7 @@ ANSWERS: dict[str, Answers] = {
         # the heads' projections move but what they write (the rows of W_O) does not
         wrong={"swap_heads": _SWAP_HEADS + ")"}),
     # --- end of chapter 5 -----------------------------------------------------------------
-    # --- chapter 7, tiled (flash) attention (07_tiled_attention.ipynb) -----------------------
+    # --- chapter 7, tiled (flash) attention (08_tiled_attention.ipynb) -----------------------
     "ex-tiled-merge": Answers(
         right={"m_merged": "3.0", "l_merged": "1.5 * math.exp(-1) + 1.2",
                "o_merged": "[3 * math.exp(-1), 2.4]",
@@ -160,7 +160,7 @@ ANSWERS: dict[str, Answers] = {
     "ex-tiled-fp16-stall": Answers(right={"my_fraction": "2048 / 6000"},
                                    wrong={"my_fraction": "1.0"}),   # the exact sum
     # --- end of chapter 7 -----------------------------------------------------------------
-    # --- chapter 8, the backward pass of attention (08_backward_pass.ipynb) ----------------
+    # --- chapter 8, the backward pass of attention (09_backward_pass.ipynb) ----------------
     "ex-backward-one-row": Answers(
         right={"my_ds": "[20 / 49, -18 / 49, -2 / 49]", "my_dq": "[22 / 49, -18 / 49]"},
         # the row-sum term forgotten: dS = A * dA
@@ -171,7 +171,7 @@ ANSWERS: dict[str, Answers] = {
         right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
         wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
     # --- end of chapter 8 -----------------------------------------------------------------
-    # --- chapter 9, attention at inference (09_inference.ipynb) -----------------------------
+    # --- chapter 9, attention at inference (10_inference.ipynb) -----------------------------
     "ex-inference-cache-size": Answers(
         right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
                "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
@@ -185,7 +185,7 @@ ANSWERS: dict[str, Answers] = {
         right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
         wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
     # --- end of chapter 9 -----------------------------------------------------------------
-    # --- chapter 10, inside a pretrained transformer (10_inside_a_pretrained_model.ipynb) ---
+    # --- chapter 10, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
                                       " + 2 * 2 * 384"},
@@ -196,7 +196,7 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
-    # --- chapter 11, the whole transformer (11_the_whole_transformer.ipynb) ----------------
+    # --- chapter 11, the whole transformer (12_the_whole_transformer.ipynb) ----------------
     "ex-capstone-gpt2-parameters": Answers(
         right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
                                 " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
@@ -208,7 +208,7 @@ ANSWERS: dict[str, Answers] = {
     "ex-capstone-cache-work": Answers(
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
-    # --- chapter 12, beyond one device, beyond softmax (12_beyond_one_device.ipynb) -----
+    # --- chapter 12, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-bytes": Answers(
         right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},
         wrong={"my_ulysses_gib": "0.875"}),          # counted the outputs' return twice
@@ -216,7 +216,7 @@ ANSWERS: dict[str, Answers] = {
                                  wrong={"my_ratio": "8"}),   # blocks, not scores
     "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
                                   wrong={"my_variance": "30.40"}),   # one feature, m = 1
-    # --- chapter 13, attention in today's LLMs (13_attention_in_todays_llms.ipynb) -------
+    # --- chapter 13, attention in today's LLMs (16_caches_in_serving.ipynb) -------
     "ex-llms-left-padding": Answers(
         right={"my_positions": "[[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]",
                "my_next_positions": "[3, 5]"},
@@ -229,7 +229,7 @@ ANSWERS: dict[str, Answers] = {
         wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
     "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
                                 wrong={"my_values": "[0.26, -0.04]"}),
-    # --- chapter 14, the kernel itself (14_the_kernel_itself.ipynb) -----------------------
+    # --- chapter 14, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
         right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other='float("-inf")')},
