@@ -229,7 +229,7 @@ ANSWERS: dict[str, Answers] = {
         wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
     "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
                                 wrong={"my_values": "[0.26, -0.04]"}),
-    # --- chapter 14, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
+    # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
         right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other='float("-inf")')},
@@ -238,6 +238,6 @@ ANSWERS: dict[str, Answers] = {
                                                  other="0.0")}),
     "ex-kernel-causal-tiles": Answers(right={"my_pairs": "272"},
                                       wrong={"my_pairs": "256"}),   # half of all 512 pairs
-    "ex-kernel-tile-bytes": Answers(right={"my_bytes": "230400"},
-                                    wrong={"my_bytes": "98304"}),   # the input tiles alone
+    "ex-kernel-backward-traffic": Answers(right={"my_bytes": "140017664"},
+                                          wrong={"my_bytes": "71303168"}),   # dK/dV alone
 }

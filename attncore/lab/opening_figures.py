@@ -509,6 +509,7 @@ def latent_and_speculative() -> Any:
     fig, axes = _figure(2, width_ratios=[1.25, 1])
     _cache_bars(axes[0])
     axes[0].set_title("what a step reads per cached token")
+    _style(axes[0])
     gamma = np.arange(0, 9)
     for alpha, colour in ((0.6, "C4"), (0.8, "C5"), (0.9, "C6")):
         tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
@@ -540,7 +541,7 @@ def reserved_and_used() -> Any:
     fig, axes = _figure(2, sharey=True)
     rows = np.arange(len(lengths))
     for ax, (title, held) in zip(axes, (
-            ("contiguous: 2048 reserved each", [2048] * len(lengths)),
+            ("contiguous, 2048 each", [2048] * len(lengths)),
             ("paged: blocks of 16 as needed",
              [block_usage([n], max_length=2048, block_size=16).paged for n in lengths]))):
         ax.barh(rows, held, color="0.85", label="held, unused")
@@ -548,6 +549,7 @@ def reserved_and_used() -> Any:
         usage = 1 - sum(lengths) / sum(held)
         ax.set_title(f"{title}: {usage:.0%} unused")
         ax.set_xlim(0, 2048)
+        ax.set_xticks([0, 512, 1024, 1536, 2048])
         ax.set_xlabel("cache positions")
         _style(ax)
     axes[0].set_yticks(rows, [f"seq {r}" for r in rows])
