@@ -216,19 +216,24 @@ ANSWERS: dict[str, Answers] = {
                                  wrong={"my_ratio": "8"}),   # blocks, not scores
     "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
                                   wrong={"my_variance": "30.40"}),   # one feature, m = 1
-    # --- chapter 13, attention in today's LLMs (16_caches_in_serving.ipynb) -------
+    # --- chapter 16, caches in serving (16_caches_in_serving.ipynb) -------------------------
     "ex-llms-left-padding": Answers(
-        right={"my_positions": "[[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]",
-               "my_next_positions": "[3, 5]"},
-        wrong={"my_positions": "[[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]",   # slots, not tokens
-               "my_next_positions": "[5, 5]"}),
-    "ex-llms-gamma": Answers(right={"my_gamma": "6"},
-                             wrong={"my_gamma": "20"}),     # tokens per call alone
-    "ex-llms-lite-cache": Answers(
-        right={"my_bytes_mla": "31104", "my_bytes_mha": "221184"},
-        wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
+        right={"my_new_positions": "[2, 5, 3]",
+               "my_new_mask": "[[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]]"},
+        # the column of the new token as its position: not the count its prompt started
+        wrong={"my_new_positions": "[5, 5, 5]",
+               "my_new_mask": "[[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]]"}),
     "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
                                 wrong={"my_values": "[0.26, -0.04]"}),
+    "ex-llms-int8-weights": Answers(right={"my_factor": "math.exp(2 * 0.01 * 8 / 8)"},
+                                    wrong={"my_factor": "math.exp(0.01 * 8 / 8)"}),  # numerator only
+    # --- chapter 17, latent attention and speculative decoding
+    #     (17_latent_attention_and_speculative_decoding.ipynb) ------------------------------
+    "ex-llms-gamma": Answers(right={"my_gamma": "6"},
+                             wrong={"my_gamma": "20"}),     # tokens per call alone
+    "ex-llms-mla-intensity": Answers(
+        right={"my_intensity": "2 * 128 * (576 + 512) / (576 * 2)"},
+        wrong={"my_intensity": "2 * 128 * 576 / (576 * 2)"}),   # the scores alone
     # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
         right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
