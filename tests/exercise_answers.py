@@ -208,14 +208,14 @@ ANSWERS: dict[str, Answers] = {
     "ex-capstone-cache-work": Answers(
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
-    # --- chapter 12, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
-    "ex-beyond-bytes": Answers(
-        right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},
-        wrong={"my_ulysses_gib": "0.875"}),          # counted the outputs' return twice
+    # --- chapter 14, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
                                  wrong={"my_ratio": "8"}),   # blocks, not scores
-    "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
-                                  wrong={"my_variance": "30.40"}),   # one feature, m = 1
+    "ex-beyond-gqa-bytes": Answers(right={"my_ratio": "8 * 8 / (32 + 8)"},
+                                   wrong={"my_ratio": "8 / 2"}),   # as if H_kv = H
+    "ex-beyond-antithetic": Answers(
+        right={"my_variance": "math.e * math.exp(-2.5) * (math.exp(2.5) - 1) ** 2 / 64"},
+        wrong={"my_variance": "0.4750"}),            # 64 independent features
     # --- chapter 16, caches in serving (16_caches_in_serving.ipynb) -------------------------
     "ex-llms-left-padding": Answers(
         right={"my_new_positions": "[2, 5, 3]",
