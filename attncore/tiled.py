@@ -287,7 +287,7 @@ def tiled_attention_work(n_q: int, n_k: int, *, block_size: int = 512,
     >>> ac.tiled_attention_work(1024, 1024, block_size=128, causal=True)
     TiledWork(key_blocks=8, score_entries=589824, dense_entries=1048576)
     >>> ac.tiled_attention_work(1024, 1024, block_size=128, causal=True, window=128)
-    TiledWork(key_blocks=8, score_entries=245632, dense_entries=1048576)
+    TiledWork(key_blocks=8, score_entries=244864, dense_entries=1048576)
     """
     n_q, n_k = check_size("n_q", n_q, minimum=0), check_size("n_k", n_k, minimum=0)
     block_size = check_size("block_size", block_size)
