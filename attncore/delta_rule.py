@@ -32,10 +32,8 @@ With ``erase=False`` both drop the erase term: ``S_t = g_t S_{t-1} + beta_t v_t 
 :func:`~attncore.linear_attention` with ``causal=True`` on features ``phi(q), phi(k)``
 (and its denominator is the same recurrence with values 1).
 
-The chunked form
-----------------
-Within a chunk of ``C`` tokens that starts from the state ``S_0``, let ``gamma_t = g_1
-... g_t`` (``gamma_0 = 1``). By induction on ``t``, ::
+**The chunked form.** Within a chunk of ``C`` tokens that starts from the state ``S_0``,
+let ``gamma_t = g_1 ... g_t`` (``gamma_0 = 1``). By induction on ``t``, ::
 
     S_t = gamma_t S_0 + sum_{i <= t} (gamma_t / gamma_i) u_i k_i^T,
     u_t = beta_t (v_t - gamma_t S_0 k_t - sum_{i < t} (gamma_t / gamma_i) (k_i . k_t) u_i)
@@ -75,6 +73,8 @@ from ._backend import (
     check_attention_inputs,
     check_flag,
     check_floating,
+    check_min_rank,
+    check_same_dtype,
     check_size,
     dtype_name,
     is_torch_tensor,
@@ -219,16 +219,18 @@ def gated_delta_rule_step(state: Any, q_t: Any, k_t: Any, v_t: Any, g_t: Any, be
     array([5.])
     """
     erase = check_flag("erase", erase)
-    for name, x in (("q_t", q_t), ("k_t", k_t), ("v_t", v_t)):
-        if not (isinstance(x, np.ndarray) or is_torch_tensor(x)):
-            raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got "
-                            f"{type(x).__name__}")
-        if x.ndim < 1:
-            raise ValueError(f"{name}: expected shape (..., d) (at least 1 dimension), got "
-                             f"shape {shape_of(x)}")
-    # the checks of attention, on the token as a sequence of length 1
-    check_attention_inputs(q_t[..., None, :], k_t[..., None, :], v_t[..., None, :])
-    batch, d_k, d_v = shape_of(q_t)[:-1], shape_of(q_t)[-1], shape_of(v_t)[-1]
+    backend_of(q_t=q_t, k_t=k_t, v_t=v_t)
+    for name, x, layout in (("q_t", q_t, "(..., d_k)"), ("k_t", k_t, "(..., d_k)"),
+                            ("v_t", v_t, "(..., d_v)")):
+        check_floating(name, x)
+        check_min_rank(name, x, 1, layout)
+    check_same_dtype(q_t=q_t, k_t=k_t, v_t=v_t)
+    qs, ks, vs = shape_of(q_t), shape_of(k_t), shape_of(v_t)
+    if qs != ks or vs[:-1] != qs[:-1] or not qs[-1]:
+        raise ValueError(f"q_t, k_t, v_t: expected shapes (..., d_k), (..., d_k) and "
+                         f"(..., d_v) with one leading shape and d_k >= 1, got {qs}, {ks} "
+                         f"and {vs}")
+    batch, d_k, d_v = qs[:-1], qs[-1], vs[-1]
     if not under_vmap(q_t, k_t, v_t):
         check_all_finite(q_t=q_t, k_t=k_t, v_t=v_t)
     g_t = _check_gate("g_t", g_t, batch, q_t, True)

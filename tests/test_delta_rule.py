@@ -175,3 +175,8 @@ def test_bad_input_is_named(change, exc, words):
     with pytest.raises(ValueError, match="state: expected shape"):
         ac.gated_delta_rule_step(np.zeros((3, 3)), q[..., 0, :], k[..., 0, :],
                                  v[..., 0, :], 1.0, 1.0)
+    with pytest.raises(ValueError, match="q_t, k_t, v_t: expected shapes"):
+        ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :2], v[..., 0, :], 1.0, 1.0)
+    with pytest.raises(TypeError, match="v_t: expected a floating dtype"):
+        ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :], v[..., 0, :] > 0, 1.0,
+                                 1.0)

@@ -57,7 +57,6 @@ def test_equals_dense_attention_on_the_chosen_keys(backend, dtype, causal, heads
 def test_numpy_and_torch_choose_the_same_keys(n_q, n_k, data, causal, seed):
     top_k = data.draw(st.integers(1, n_k))
     rng = np.random.default_rng(seed)
-    q, k, v = rng.standard_normal((3, n_q, n_k, 2))[0][:, :2], None, None
     q = rng.standard_normal((n_q, 2))
     k = rng.standard_normal((n_k, 2))
     v = rng.standard_normal((n_k, 3))
