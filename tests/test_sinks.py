@@ -135,11 +135,12 @@ def test_gradients_reach_the_sink_logits():
         for a, b in zip(grads[0], other):
             assert (a - b).abs().max() < 1e-12
     assert grads[0][3].abs().min() > 0
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, s)]
+    leaves = [x.detach()[..., :3, :2].clone().requires_grad_() for x in (q, k, v)] + \
+        [s.detach().clone().requires_grad_()]
     tiled = lambda a, b, c, d: ac.tiled_attention(a, b, c, sinks=d, causal=True,  # noqa
                                                   block_size=2)
-    assert torch.autograd.gradcheck(tiled, leaves)
-    assert torch.autograd.gradgradcheck(tiled, leaves)
+    assert torch.autograd.gradcheck(tiled, leaves, fast_mode=True)
+    assert torch.autograd.gradgradcheck(tiled, leaves, fast_mode=True)
 
 
 @settings(max_examples=30)

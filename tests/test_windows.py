@@ -95,8 +95,9 @@ def test_tiled_window_gradients_equal_the_reference():
         assert (a - b).abs().max() < 1e-12
     # a second derivative goes through the out-of-place loop, window included
     assert torch.autograd.gradgradcheck(
-        lambda a, b, c: ac.tiled_attention(a, b, c, causal=True, window=2, block_size=3),
-        [x.detach()[..., :5, :].clone().requires_grad_() for x in (q, k, v)])
+        lambda a, b, c: ac.tiled_attention(a, b, c, causal=True, window=2, block_size=2),
+        [x.detach()[:, :1, :4, :2].clone().requires_grad_() for x in (q, k, v)],
+        fast_mode=True)
 
 
 def test_tiled_window_with_dropout_drops_the_reference_weights():
