@@ -192,7 +192,7 @@ ANSWERS: dict[str, Answers] = {
         right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
         wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
     # --- end of chapter 8 -----------------------------------------------------------------
-    # --- chapter 9, attention at inference (10_inference.ipynb) -----------------------------
+    # --- chapter 10, attention at inference (10_inference.ipynb, its Going further) ---------
     "ex-inference-cache-size": Answers(
         right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
                "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
@@ -205,8 +205,11 @@ ANSWERS: dict[str, Answers] = {
     "ex-inference-intensity": Answers(
         right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
         wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
+    "ex-inference-window": Answers(right={"my_reach": "32 * (4096 - 1)"},
+                                   # the position itself counted in each layer's reach
+                                   wrong={"my_reach": "32 * 4096"}),
     # --- end of chapter 9 -----------------------------------------------------------------
-    # --- chapter 10, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
+    # --- chapter 11, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
                                       " + 2 * 2 * 384"},
@@ -217,7 +220,19 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
-    # --- chapter 11, the whole transformer (12_the_whole_transformer.ipynb) ----------------
+    "ex-inside-value-bias": Answers(
+        right={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
+                                "_a = MiniLM.load().params.layers[0].attention\n"
+                                "my_folded_b_o = _a.b_o + _a.b_v @ _a.w_o"},
+        # b_V added as it is, without passing through W_O
+        wrong={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
+                                "_a = MiniLM.load().params.layers[0].attention\n"
+                                "my_folded_b_o = _a.b_o + _a.b_v"}),
+    # its Going further notebook (11_inside_a_pretrained_model_going_further.ipynb)
+    "ex-inside-scale-one-layer": Answers(
+        right={"my_layer": "5", "my_cosine": "0.936"},
+        wrong={"my_layer": "0", "my_cosine": "0.936"}),
+    # --- chapter 12, the whole transformer (12_the_whole_transformer.ipynb) ----------------
     "ex-capstone-gpt2-parameters": Answers(
         right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
                                 " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
