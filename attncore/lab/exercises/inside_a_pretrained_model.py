@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...pretrained.checkpoint import default_model_dir
@@ -116,9 +118,11 @@ def value_bias(folded) -> Verdict:
 SCALE_TOLERANCE = 1.5e-3          # "to three decimals"
 
 
-def one_layer_unscaled_cosines() -> list[float]:
+@functools.lru_cache(maxsize=1)
+def one_layer_unscaled_cosines() -> tuple[float, ...]:
     """Mean cosine of the 24 retrieval embeddings with the trained ones, when layer
-    ``l``'s queries (W_Q and b_Q) are multiplied by sqrt(d_head), for l = 0..5."""
+    ``l``'s queries (W_Q and b_Q) are multiplied by sqrt(d_head), for l = 0..5 (computed
+    once per process: seven encodings of the model)."""
     import math
     from dataclasses import replace
 
@@ -139,7 +143,7 @@ def one_layer_unscaled_cosines() -> list[float]:
         changed = MiniLM(model.config, replace(p, layers=layers), model.tokenizer,
                          model.model_dir)
         cosines.append(float((changed.encode(texts) * base).sum(axis=1).mean()))
-    return cosines
+    return tuple(cosines)
 
 
 @exercise("ex-inside-scale-one-layer")
