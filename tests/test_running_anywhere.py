@@ -443,8 +443,8 @@ def test_a_chapter_that_uses_an_optional_extra_installs_it():
                 assert all(f'"{m}"' in from_repository for m in modules), nb.name
             else:
                 assert f",{extra}" not in source and f",{extra}" not in from_repository
-    assert "10_inside_a_pretrained_model.ipynb" in users
-    assert any(name.startswith("14_") for name in users), users      # the kernels
+    assert "11_inside_a_pretrained_model.ipynb" in users
+    assert any(name.startswith("15_") for name in users), users      # the kernels
 
 
 def test_every_package_installed_without_its_dependencies_is_listed_once():
