@@ -89,6 +89,7 @@ LONGEST_FIRST = (
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",
     "chapters/06_positions.ipynb",
+    "chapters/07_rotary_positions.ipynb",
     "chapters/03_matmul_views.ipynb",
     "chapters/04_scaled_dot_product_attention.ipynb",
     "chapters/09_backward_pass.ipynb",

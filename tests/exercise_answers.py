@@ -129,8 +129,25 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
-    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 8 ** (64 / 62)"},
-                                    wrong={"my_base": "80000"}),
+    "ex-positions-which-targets": Answers(right={"my_tasks": '{"a", "c"}'},
+                                          # the token one place after: needs positions
+                                          wrong={"my_tasks": '{"a", "c", "d"}'}),
+    # chapter 7, rotary positions (attncore/lab/exercises/rotary_positions.py)
+    "ex-rope-convert": Answers(
+        right={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1] // num_heads\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    order = np.concatenate([h * d + sigma for h in range(num_heads)])\n"
+            "    return w[..., order]")},
+        # sigma over all d_model features at once: features move between heads
+        wrong={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1]\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    return w[..., sigma]")}),
+    "ex-rope-alibi-reach": Answers(right={"my_heads": "2", "my_reach": "1178"},
+                                   wrong={"my_reach": "1179"}),    # rounded up
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
     "ex-mha-count": Answers(
         right={"ex1_parameters": "4 * 768**2 + 4 * 768",

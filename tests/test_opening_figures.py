@@ -34,6 +34,6 @@ def test_opening_figure_is_a_deterministic_figure(name):
 
 
 def test_every_chapter_has_one():
-    assert len(opening_figures.__all__) == 14
+    assert len(opening_figures.__all__) == 15
     for name in opening_figures.__all__:
         assert getattr(opening_figures, name).__doc__
