@@ -61,11 +61,12 @@ ANSWERS: dict[str, Answers] = {
                                     wrong={"my_threshold_d_k": "384"}),
     "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
                                    wrong={"my_gap": "4.6"}),
-    "ex-sqrt-dk-general-moments": Answers(
-        right={"my_mean": "-32", "my_var": "648", "my_second_moment": "1672"},
-        wrong={"my_var": "128"}),        # var(q_i) var(k_i) alone, without the mean terms
-    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
-                                    wrong={"my_scaled_score_var": "1.0"}),
+    "ex-sqrt-dk-mean-dominates": Answers(right={"my_d_k": "21"},
+                                         # the variance without its two mean terms
+                                         wrong={"my_d_k": "5"}),
+    "ex-sqrt-dk-kdim": Answers(right={"my_scaled_score_var": "2 / 3"},
+                               # the stacked in-projection's 1/4
+                               wrong={"my_scaled_score_var": "0.25"}),
     # --- end of chapter 2 -----------------------------------------------------------------
     # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
     "ex-matmul-views-row-weights": Answers(
