@@ -79,10 +79,9 @@ ANSWERS: dict[str, Answers] = {
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
-    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
-                               wrong={"my_y3": "1.6"}),
-    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
-                                wrong={"my_N": "2048"}),
+    "ex-sdpa-tied-scores": Answers(right={"my_widths": "[3, 2, None, None]"},
+                                   # (c) judged by its symmetry alone
+                                   wrong={"my_widths": "[3, 2, 3, None]"}),
     "ex-sdpa-prefer-other": Answers(
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
