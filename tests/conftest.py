@@ -94,6 +94,7 @@ LONGEST_FIRST = (
     "chapters/04_scaled_dot_product_attention.ipynb",
     "chapters/09_backward_pass.ipynb",
     "tests/test_backward.py",
+    "tests/test_flex_masks.py",
     "tests/test_view_figures.py",
     "tests/test_tiled.py",
     "chapters/08_tiled_attention.ipynb",
