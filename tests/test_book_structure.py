@@ -344,6 +344,69 @@ def test_chapter_numbers_in_the_text_match_the_sidebar(page):
     assert not loose, f"{page.name}: link every chapter number to its page: {loose}"
 
 
+def heading_slugs(path: Path) -> list[str]:
+    """The anchors the site gives the headings (levels 1 to 3) of a page: myst-parser's
+    slugs (myst_heading_anchors in _config.yml), from the heading's text and inline code, its
+    maths left out: lower case, spaces to "-", other punctuation dropped, "-1", "-2", ... for
+    repeats."""
+    found: list[str] = []
+    for line in markdown_of(path).splitlines():
+        m = re.match(r"^(#{1,3}) (.+?)\s*$", line)
+        if not m:
+            continue
+        title = re.sub(r"\$[^$]*\$", "", m.group(2))                  # maths: not text
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)        # a link: its words
+        title = re.sub(r"[`*]", "", title)
+        slug = re.sub(r"[^\w\u4e00-\u9fff\- ]", "", title.lower().replace(" ", "-"))
+        base, i = slug, 1
+        while slug in found:
+            slug, i = f"{base}-{i}", i + 1
+        found.append(slug)
+    return found
+
+
+def fragment_problems(page: Path) -> list[str]:
+    """Links into another page that name a place in it (``page.md#anchor``): the anchor must
+    be one of that page's heading slugs, so that the link lands on the site (and the build,
+    warnings being errors, does not fail)."""
+    found = []
+    for words, target in re.findall(r"\[([^\]]*)\]\(([^)\s]+)\)", markdown_of(page)):
+        if "#" not in target or target.startswith(("#", "http:", "https:")):
+            continue
+        path, fragment = target.split("#", 1)
+        other = (page.parent / path).resolve()
+        if not other.is_file():
+            found.append(f"{page.name}: [{words}]({target}) points to no file")
+        elif fragment not in heading_slugs(other):
+            found.append(f"{page.name}: [{words}]({target}): {other.name} has no heading whose "
+                         f"anchor is #{fragment}; its anchors: {heading_slugs(other)[:12]}")
+    return found
+
+
+@pytest.mark.parametrize("page", NOTEBOOKS + PAGES_MD, ids=lambda p: p.name)
+def test_links_to_a_place_in_another_page_name_one_of_its_headings(page):
+    found = fragment_problems(page)
+    assert not found, "\n".join(found)
+
+
+def test_fragment_check_catches_what_it_should(tmp_path):
+    (tmp_path / "proofs.md").write_text("# Appendix\n\n## Variance\n\n### The variance of a "
+                                        "sum\n\n### Variance and covariance: definitions\n\n"
+                                        "## Variance\n\n## $QK^\\top$ by `entries`\n")
+    assert heading_slugs(tmp_path / "proofs.md") == [
+        "appendix", "variance", "the-variance-of-a-sum", "variance-and-covariance-definitions",
+        "variance-1", "-by-entries"]   # as myst-parser: the maths dropped, not the space
+    page = tmp_path / "chapter.md"
+    page.write_text("[a sum](proofs.md#the-variance-of-a-sum), [ok](proofs.md), "
+                    "[the second](proofs.md#variance-1), [case](proofs.md#The-variance-of-a-sum), "
+                    "[gone](proofs.md#lem-proofs-sum), [no file](nowhere.md#x)")
+    found = "\n".join(fragment_problems(page))
+    for bad in ("#The-variance-of-a-sum", "#lem-proofs-sum", "nowhere.md#x"):
+        assert bad in found, bad
+    for good in ("#the-variance-of-a-sum)", "#variance-1)"):
+        assert good not in found, good
+
+
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_and_printed_lines_fit_the_content_column(nb):
     too_long = []
