@@ -77,11 +77,12 @@ ANSWERS: dict[str, Answers] = {
                                     wrong={"my_threshold_d_k": "384"}),
     "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
                                    wrong={"my_gap": "4.6"}),
-    "ex-sqrt-dk-general-moments": Answers(
-        right={"my_mean": "-32", "my_var": "648", "my_second_moment": "1672"},
-        wrong={"my_var": "128"}),        # var(q_i) var(k_i) alone, without the mean terms
-    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
-                                    wrong={"my_scaled_score_var": "1.0"}),
+    "ex-sqrt-dk-mean-dominates": Answers(right={"my_d_k": "21"},
+                                         # the variance without its two mean terms
+                                         wrong={"my_d_k": "5"}),
+    "ex-sqrt-dk-kdim": Answers(right={"my_scaled_score_var": "2 / 3"},
+                               # the stacked in-projection's 1/4
+                               wrong={"my_scaled_score_var": "0.25"}),
     # --- end of chapter 2 -----------------------------------------------------------------
     # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
     "ex-matmul-views-row-weights": Answers(
@@ -94,10 +95,9 @@ ANSWERS: dict[str, Answers] = {
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
-    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
-                               wrong={"my_y3": "1.6"}),
-    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
-                                wrong={"my_N": "2048"}),
+    "ex-sdpa-tied-scores": Answers(right={"my_widths": "[3, 2, None, None]"},
+                                   # (c) judged by its symmetry alone
+                                   wrong={"my_widths": "[3, 2, 3, None]"}),
     "ex-sdpa-prefer-other": Answers(
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
@@ -145,8 +145,25 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
-    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 8 ** (64 / 62)"},
-                                    wrong={"my_base": "80000"}),
+    "ex-positions-which-targets": Answers(right={"my_tasks": '{"a", "c"}'},
+                                          # the token one place after: needs positions
+                                          wrong={"my_tasks": '{"a", "c", "d"}'}),
+    # chapter 7, rotary positions (attncore/lab/exercises/rotary_positions.py)
+    "ex-rope-convert": Answers(
+        right={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1] // num_heads\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    order = np.concatenate([h * d + sigma for h in range(num_heads)])\n"
+            "    return w[..., order]")},
+        # sigma over all d_model features at once: features move between heads
+        wrong={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1]\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    return w[..., sigma]")}),
+    "ex-rope-alibi-reach": Answers(right={"my_heads": "2", "my_reach": "1178"},
+                                   wrong={"my_reach": "1179"}),    # rounded up
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
     "ex-mha-count": Answers(
         right={"ex1_parameters": "4 * 768**2 + 4 * 768",

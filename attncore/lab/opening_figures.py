@@ -2,10 +2,10 @@
 
 One function per chapter, named after the problem it shows: 1 :func:`soft_lookup`,
 2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
-5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`score_memory`,
-8 :func:`softmax_gradient`, 9 :func:`kv_cache_growth`, 10 :func:`minilm_head`,
-11 :func:`lm_loss_curve`, 14 :func:`causal_work_per_rank`, 15 :func:`programs_over_tiles`,
-16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`.
+5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`rotary_scores`,
+8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
+11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 14 :func:`causal_work_per_rank`,
+15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
 draws the same figure (fixed seeds, no timing). A chapter shows it with::
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
-           "causal_scores", "heads_on_a_sentence", "blind_to_order",
+           "causal_scores", "heads_on_a_sentence", "blind_to_order", "rotary_scores",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
            "lm_loss_curve", "causal_work_per_rank",
            "programs_over_tiles", "reserved_and_used", "latent_and_speculative"]
@@ -233,11 +233,12 @@ def heads_on_a_sentence() -> Any:
 
 
 def blind_to_order() -> Any:
-    """Chapter 6: without positions, a word's output ignores where it stands; with RoPE not.
+    """Chapter 6: without positions, a word's output ignores where it stands; with them not.
 
     "the dog bites the man" and "the man bites the dog" through one seeded multi-head
     layer: for each word of the second sentence, the largest difference between its output
-    and the same word's output in the first, without positions and with RoPE.
+    and the same word's output in the first, without positions and with the sinusoidal
+    encoding added to the word vectors.
 
     Returns
     -------
@@ -252,12 +253,14 @@ def blind_to_order() -> Any:
     x1 = np.stack([embedding[w] for w in first])
     x2 = np.stack([embedding[w] for w in second])
     params = ac.init_multihead(16, 4, seed=6)
+    positions = ac.sinusoidal_positions(5, 16)
     # Where each word of the second sentence stands in the first (the two "the" keep
     # their order).
     where = [1 if w == "dog" else 4 if w == "man" else i for i, w in enumerate(second)]
     diffs = {}
     for name, run in (("no positions", lambda x: ac.multi_head_attention(params, x)),
-                      ("RoPE", lambda x: ac.rope_multi_head_attention(params, x))):
+                      ("sinusoidal positions",
+                       lambda x: ac.multi_head_attention(params, x + positions))):
         out1, out2 = run(x1), run(x2)
         diffs[name] = np.abs(out2 - out1[where]).max(axis=1)
     fig, axes = _figure(2, sharey=True)
@@ -265,13 +268,47 @@ def blind_to_order() -> Any:
     for ax, (name, d), colour in zip(axes, diffs.items(), ("0.5", "tab:orange")):
         ax.bar(range(5), d, color=colour)
         ax.set_xticks(range(5), labels)
-        ax.set_title(f"{name}: " + ("same output, moved" if name != "RoPE"
-                                    else "the output depends on the place"))
+        ax.set_title(f"{name}: " + ("same output, moved" if name == "no positions"
+                                    else "output depends on the place"))
         _style(ax)
-    axes[0].text(2, 0.5 * diffs["RoPE"].max(), "0 (up to rounding)"
+    top = diffs["sinusoidal positions"].max()
+    axes[0].text(2, 0.5 * top, "0 (up to rounding)"
                  if diffs["no positions"].max() < 1e-12 else "not 0",
                  ha="center", fontsize=POINTS)
     axes[0].set_ylabel("largest change in the\nword's output")
+    return fig
+
+
+def rotary_scores() -> Any:
+    """Chapter 7: with RoPE a score depends on the two positions only through their offset.
+
+    One seeded query and one seeded key, the query placed at every position m and the key at
+    every position n from 0 to 15: the score with the sinusoidal encoding added to both
+    vectors, and the score with both vectors rotated by RoPE.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import attncore as ac
+
+    n, d = 16, 16
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((2, d))
+    pos = np.arange(n)
+    pe = ac.sinusoidal_positions(n, d)
+    added = (q + pe) @ (k + pe).T / math.sqrt(d)                  # [m, n]
+    rotated = (ac.rope(np.tile(q, (n, 1)), pos) @ ac.rope(np.tile(k, (n, 1)), pos).T
+               / math.sqrt(d))
+    fig, axes = _figure(2)
+    for ax, m, title in ((axes[0], added, "positions added: depends on m and n"),
+                         (axes[1], rotated, "RoPE: depends on n - m only")):
+        image = _heatmap(ax, m, cmap="RdBu_r", vmin=-np.abs(m).max(), vmax=np.abs(m).max())
+        ax.set_xticks([0, 5, 10, 15])
+        ax.set_yticks([0, 5, 10, 15])
+        ax.set(xlabel="key position n", ylabel="query position m", title=title)
+        _style(ax)
+        fig.colorbar(image, ax=ax, shrink=0.85)
     return fig
 
 
