@@ -1,6 +1,6 @@
 """What a chapter computes does not depend on the Python that runs it.
 
-The course declares Python 3.11 to 3.14 (pyproject.toml). Chapter 11 once trained and
+The course declares Python 3.11 to 3.14 (pyproject.toml). Chapter 12 once trained and
 sampled its model on ``pydoc_data.topics``, the help text that ships with the interpreter and
 differs from version to version (a different length on each, a 104th character on 3.12): on
 any Python but 3.11 its stored outputs changed and the shipped model read the wrong
@@ -12,7 +12,7 @@ characters. Three checks keep such data out:
   library's ``random`` (its algorithms have changed between versions: NumPy's seeded
   generators, pinned by NumPy's version, are the course's), string hashes (``hash``, salted
   per process), and branches on the interpreter's version;
-- chapter 11's corpus is the text attncore ships, the same bytes everywhere, and it is read
+- chapter 12's corpus is the text attncore ships, the same bytes everywhere, and it is read
   without ``pydoc_data``;
 - the corpus and its vocabulary come out the same under two different string-hash seeds.
 """
@@ -88,7 +88,7 @@ def test_no_chapter_or_module_reads_what_the_interpreter_decides():
 
 
 def test_the_check_catches_what_it_should():
-    # what chapter 11's corpus once was, and the other ways in
+    # what chapter 12's corpus once was, and the other ways in
     caught = _problems("from pydoc_data.topics import topics\nimport random\n"
                        "import unicodedata as u\nx = hash('a')\n"
                        "if sys.version_info >= (3, 12): pass\n", "example")
