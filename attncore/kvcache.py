@@ -432,7 +432,7 @@ def _check_self_attention(params: Any) -> None:
 def _check_rope_base(rope_base: Any, params: MultiHeadParams) -> float | None:
     if rope_base is None:
         return None
-    rope_base = _check_base(rope_base)
+    rope_base = _check_base(rope_base, "rope_base")
     if params.d_head % 2:
         raise ValueError(f"params: expected an even head width d_head for RoPE (rope_base="
                          f"{rope_base}), got d_head={params.d_head}")

@@ -23,7 +23,6 @@ computed in float32. Bad input gets the errors of :mod:`attncore`'s attention.
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -35,6 +34,7 @@ from ._backend import (
     check_attention_inputs,
     check_floating,
     check_min_rank,
+    check_real,
     check_same_dtype,
     check_size,
     dtype_name,
@@ -101,15 +101,10 @@ class RandomFeatures:
     def __init__(self, d: int, num_features: int, *, seed: int, scale: Any = None) -> None:
         self.d = check_size("d", d)
         self.num_features = check_size("num_features", num_features)
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed: expected an integer, got {seed!r} ({type(seed).__name__})")
-        self.seed = int(seed)
-        if scale is None:
-            scale = 1.0 / math.sqrt(self.d)
-        if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) \
-                or not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
-        self.scale = float(scale)
+        # (numpy.random.default_rng takes any integer >= 0)
+        self.seed = check_size("seed", seed, minimum=0)
+        self.scale = 1.0 / math.sqrt(self.d) if scale is None else \
+            check_real("scale", scale, above=0)
         self.weights = np.random.default_rng(self.seed).standard_normal((self.num_features,
                                                                           self.d))
 
@@ -167,10 +162,7 @@ def _feature_map(feature_map: Any) -> Callable[[Any], Any]:
 
 
 def _check_eps(eps: Any) -> float:
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, numbers.Real) or \
-            not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
-    return float(eps)
+    return check_real("eps", eps, minimum=0)
 
 
 def _features(phi: Callable[[Any], Any], x: Any, name: str) -> Any:

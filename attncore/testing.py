@@ -64,7 +64,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._backend import check_flag, check_size
+from ._backend import check_flag, check_real, check_size
 
 __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
@@ -251,9 +251,7 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     batch_shape = tuple(check_size("batch_shape", b) for b in batch_shape)
     if backend not in ("numpy", "torch"):
         raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-    for name, tol in (("atol", atol), ("rtol", rtol)):
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
-            raise ValueError(f"{name}: expected a number >= 0, got {tol!r}")
+    atol, rtol = check_real("atol", atol, minimum=0), check_real("rtol", rtol, minimum=0)
     if not isinstance(dtypes, tuple) or "float32" not in dtypes or \
             not set(dtypes) <= set(_LOW_PRECISION):
         raise ValueError(f"dtypes: expected ('float32',) or ('float32', 'float16'), got "
