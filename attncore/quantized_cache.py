@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import NUMPY, check_size
-from .kvcache import BaseKVCache, check_cache_layout, check_truncate
+from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
 
 __all__ = ["Int8KVCache"]
 
@@ -76,6 +76,17 @@ class Int8KVCache(BaseKVCache):
     ------
     TypeError, ValueError
         As :class:`~attncore.KVCache`; an unknown ``key_scale``.
+
+    Notes
+    -----
+    Gradients (torch). Rounding has derivative 0 wherever it is differentiable, so
+    autograd through it would pass nothing to the keys and values but what flows through
+    the scales: a silently wrong gradient. The cache passes gradients straight through
+    the rounding instead (the straight-through estimator of Bengio et al., 2013): the
+    keys and values it gives back have the rounded values, and the derivative of each
+    by the number appended in its place is 1, as if it had been stored exactly (see
+    :class:`~attncore.BaseKVCache`'s Notes). That is the gradient of the computation
+    without quantization, evaluated at the quantized numbers.
 
     Examples
     --------
@@ -165,17 +176,17 @@ class Int8KVCache(BaseKVCache):
     def keys(self) -> Any:
         n = self.length
         if self.key_scale == "token":
-            return self._decode(self._qk[..., :n, :], self._sk[..., :n, :])
+            return self._traced(self._decode(self._qk[..., :n, :], self._sk[..., :n, :]), 1)
         g, done = self.group_size, self._quantized_keys
         groups = self._qk[..., :done, :].reshape(self.batch_shape + (done // g, g, self.d_k))
         full = self._decode(groups, self._sk[..., :done // g, None, :])
         full = full.reshape(self.batch_shape + (done, self.d_k))
-        return _cat([full, self._rk[..., :n - done, :]], -2)
+        return self._traced(_cat([full, self._rk[..., :n - done, :]], -2), 1)
 
     @property
     def values(self) -> Any:
         n = self.length
-        return self._decode(self._qv[..., :n, :], self._sv[..., :n, :])
+        return self._traced(self._decode(self._qv[..., :n, :], self._sv[..., :n, :]), 2)
 
     def error_bounds(self) -> tuple[Any, Any]:
         """How far each key and value given back may be from the one appended.
@@ -209,9 +220,12 @@ class Int8KVCache(BaseKVCache):
     def append(self, k: Any, v: Any) -> tuple[Any, Any]:
         """Quantize and store ``n`` new positions (shapes ``batch_shape + (n, d_k)`` and
         ``(..., d_v)``); return :attr:`keys` and :attr:`values` (dequantized). Raises as
-        :meth:`attncore.KVCache.append`; on error nothing changes."""
+        :meth:`attncore.KVCache.append`; on error nothing changes. Gradients pass
+        straight through the rounding (see the Notes above)."""
         n = self._check_kv(k, v)
         start, end = self.length, self.length + n
+        self._record(start, k, v)
+        k, v = numbers_of(k), numbers_of(v)
         qv, sv = self._quantize(v, -1)
         self._qv[..., start:end, :], self._sv[..., start:end, :] = qv, sv
         if self.key_scale == "token":
@@ -244,6 +258,26 @@ class Int8KVCache(BaseKVCache):
                              f"or at least the {self._quantized_keys} positions whose keys "
                              f"are quantized per channel, got {length}")
         self.length = length
+        self._forget(length)
+
+    def _checkpoint(self) -> Any:
+        # With per-channel key scales an append can complete the open group, which a
+        # truncate cannot reopen (its original keys are gone): keep them to restore.
+        if self.key_scale == "token":
+            return self.length, None
+        rk = self._rk.copy() if isinstance(self._rk, np.ndarray) else self._rk.clone()
+        return self.length, rk
+
+    def _rollback(self, checkpoint: Any) -> None:
+        length, rk = checkpoint
+        if rk is not None:
+            self._rk[...] = rk        # the open group's keys, as they were before
+        # (the codes and scales written since lie beyond the length, or in the group that
+        # is open again, and are never read)
+        self.length = length
+        self._forget(length)
+        if length == 0:
+            self.rope_base = None
 
     def __repr__(self) -> str:
         return (f"Int8KVCache(length={self.length}, capacity={self.capacity}, batch_shape="
