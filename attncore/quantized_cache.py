@@ -33,6 +33,34 @@ from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
 __all__ = ["Int8KVCache"]
 
 
+_BITS = {2: "int16", 4: "int32", 8: "int64"}
+
+
+def _rounded_up(scale: Any, top: Any) -> Any:
+    """``scale`` (``top / 127`` rounded to nearest in the dtype) moved one step up where it
+    fell below ``top / 127``, so that ``|x / scale| <= 127`` for every ``|x| <= top``.
+
+    In the normal range the rounding is a relative ``eps / 2``, which moves ``x / s`` by
+    far less than the half step that would make the int8 code clip; but a subnormal
+    scale carries an absolute error of up to half the subnormal spacing, which can be
+    half the scale itself (and a scale below the smallest subnormal rounds to 0, which
+    reads every number back as 0). The comparison is exact in float64 for every dtype
+    but float64, whose subnormal scales are below any number a cache holds in practice.
+    The next number up of a positive float is the one whose bits, read as an integer,
+    are one more (0 goes to the smallest subnormal).
+    """
+    if isinstance(scale, np.ndarray):
+        low = scale.astype(np.float64) * 127 < top.astype(np.float64)
+        if not low.any():
+            return scale
+        up = (scale.view(_BITS[scale.dtype.itemsize]) + 1).view(scale.dtype)
+        return np.where(low, up, scale)
+    torch = __import__("torch")
+    low = scale.double() * 127 < top.double()
+    up = (scale.view(getattr(torch, _BITS[scale.element_size()])) + 1).view(scale.dtype)
+    return torch.where(low, up, scale)
+
+
 def _cat(arrays: list[Any], axis: int) -> Any:
     if isinstance(arrays[0], np.ndarray):
         return np.concatenate(arrays, axis=axis)
@@ -117,6 +145,7 @@ class Int8KVCache(BaseKVCache):
             for name, (shape, kind) in shapes.items():
                 setattr(self, name, np.zeros(shape, np.int8 if kind == "int8" else np_dtype))
             self._eps = float(np.finfo(np_dtype).eps)
+            self._step = float(np.finfo(np_dtype).smallest_subnormal)
         else:
             import torch
 
@@ -125,6 +154,7 @@ class Int8KVCache(BaseKVCache):
                 setattr(self, name, torch.zeros(shape, device=device, dtype=torch.int8
                                                 if kind == "int8" else tdtype))
             self._eps = float(torch.finfo(tdtype).eps)
+            self._step = float(torch.finfo(tdtype).tiny) * self._eps   # smallest subnormal
         self.length = 0
         self.rope_base = None
 
@@ -155,14 +185,17 @@ class Int8KVCache(BaseKVCache):
 
     @staticmethod
     def _quantize(x: Any, axis: int) -> tuple[Any, Any]:
-        """int8 codes and the scales ``max|x| / 127`` along ``axis`` (kept as size 1)."""
+        """int8 codes and the scales ``max|x| / 127`` along ``axis`` (kept as size 1),
+        each scale rounded up to the dtype (see :meth:`error_bounds`)."""
         if isinstance(x, np.ndarray):
-            scale = np.abs(x).max(axis=axis, keepdims=True) / 127
+            top = np.abs(x).max(axis=axis, keepdims=True)
+            scale = _rounded_up(top / np.asarray(127, dtype=top.dtype), top)
             safe = np.where(scale > 0, scale, 1)
             return np.clip(np.rint(x / safe), -127, 127).astype(np.int8), scale
         import torch
 
-        scale = x.abs().amax(dim=axis, keepdim=True) / 127
+        top = x.abs().amax(dim=axis, keepdim=True)
+        scale = _rounded_up(top / 127, top)
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
         return torch.round(x / safe).clamp(-127, 127).to(torch.int8), scale
 
@@ -194,22 +227,27 @@ class Int8KVCache(BaseKVCache):
         Returns
         -------
         keys_bound, values_bound : arrays shaped like :attr:`keys` and :attr:`values`
-            ``s * (1/2 + 256 * eps)`` for a number stored with scale ``s``: half a step,
-            plus the rounding of ``x / s`` and ``q * s`` in the dtype (``eps``: its machine
-            epsilon; ``|x / s| <= 127`` makes each rounding at most ``127 eps`` steps);
-            0 for keys held unquantized.
+            ``s * (1/2 + 256 * eps) + step`` for a number stored with scale ``s``: half a
+            step, plus the rounding of ``x / s`` and ``q * s`` in the dtype (``eps``: its
+            machine epsilon; ``|x / s| <= 127`` makes each relative rounding at most
+            ``127 eps`` steps), plus ``step``, the spacing of the dtype's subnormal
+            numbers, for a product ``q * s`` that lands among them (whose rounding is
+            absolute, not relative); 0 for keys held unquantized. ``|x / s| <= 127``
+            holds because each scale is ``max|group| / 127`` rounded *up* to the dtype:
+            rounded to nearest, a subnormal scale could be far too small (and one below
+            the smallest subnormal 0).
         """
         factor = 0.5 + 256 * self._eps
         n = self.length
         zeros_like = np.zeros_like if isinstance(self._sv, np.ndarray) else \
             __import__("torch").zeros_like
-        vb = zeros_like(self.values) + self._sv[..., :n, :] * factor
+        vb = zeros_like(self.values) + (self._sv[..., :n, :] * factor + self._step)
         if self.key_scale == "token":
-            kb = zeros_like(self.keys) + self._sk[..., :n, :] * factor
+            kb = zeros_like(self.keys) + (self._sk[..., :n, :] * factor + self._step)
             return kb, vb
         g, done = self.group_size, self._quantized_keys
         kb = zeros_like(self.keys)
-        steps = self._sk[..., :done // g, None, :] * factor
+        steps = self._sk[..., :done // g, None, :] * factor + self._step
         grouped = zeros_like(kb[..., :done, :].reshape(self.batch_shape + (done // g, g,
                                                                            self.d_k))) + steps
         kb[..., :done, :] = grouped.reshape(self.batch_shape + (done, self.d_k))

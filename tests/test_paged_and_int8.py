@@ -358,3 +358,32 @@ def test_release_refuses_a_block_a_live_cache_holds():
     del cache                                            # a cache no one holds: free to take
     pool.release([0])
     assert pool.num_free == 4
+
+
+@pytest.mark.parametrize("lib, dtype, size", [("numpy", np.float16, 1e-5),
+                                              ("numpy", np.float16, 1e-7),
+                                              ("numpy", np.float32, 1e-40),
+                                              ("torch", torch.bfloat16, 1e-39),
+                                              ("torch", torch.float16, 3e-6)])
+@pytest.mark.parametrize("key_scale", ["token", "channel"])
+def test_int8_error_bound_holds_for_subnormal_scales(lib, dtype, size, key_scale):
+    # max / 127 subnormal (or below the smallest subnormal): its rounding used to clip
+    # x / s beyond 127 (errors of 2.4e-6 against a bound of 6e-8 in float16) or give a
+    # scale of 0 (every number read back as 0, bound 0)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 8, 6)) * size
+    xt = x.astype(dtype) if lib == "numpy" else torch.from_numpy(x).to(dtype)
+    exact = x.astype(np.float64) if lib == "numpy" else xt.double().numpy()
+    cache = ac.Int8KVCache(8, (2,), 6, key_scale=key_scale, group_size=4, dtype=dtype,
+                           backend=lib)
+    cache.append(xt, xt)
+    wide = (lambda a: a.astype(np.float64)) if lib == "numpy" else \
+        (lambda t: t.double().numpy())
+    kb, vb = (wide(b) for b in cache.error_bounds())
+    for got, bound in ((cache.keys, kb), (cache.values, vb)):
+        error = np.abs(wide(got) - exact)
+        assert (error <= bound).all(), (error.max(), bound[error > bound].min())
+    # and not vacuous: below one step max / 127, plus a few of the subnormal spacing
+    step = float(np.finfo(dtype).smallest_subnormal) if lib == "numpy" else \
+        float(torch.finfo(dtype).tiny * torch.finfo(dtype).eps)
+    assert (vb <= np.abs(exact).max(-1, keepdims=True) / 127 + 4 * step).all()
