@@ -81,8 +81,8 @@ def dtype(request):
 # other chapters 4-15 s, each unit-test file under 12 s. A wrong order costs time, nothing else.
 LONGEST_FIRST = (
     "tests/test_site.py",
-    "chapters/09_inference.ipynb",
-    "chapters/10_inside_a_pretrained_model.ipynb",
+    "chapters/10_inference.ipynb",
+    "chapters/11_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
     "tests/test_jupyterlab.py",
     "chapters/02_why_sqrt_dk.ipynb",
@@ -91,11 +91,12 @@ LONGEST_FIRST = (
     "chapters/06_positions.ipynb",
     "chapters/03_matmul_views.ipynb",
     "chapters/04_scaled_dot_product_attention.ipynb",
-    "chapters/08_backward_pass.ipynb",
+    "chapters/09_backward_pass.ipynb",
     "tests/test_backward.py",
+    "tests/test_flex_masks.py",
     "tests/test_view_figures.py",
     "tests/test_tiled.py",
-    "chapters/07_tiled_attention.ipynb",
+    "chapters/08_tiled_attention.ipynb",
     "tests/test_diagrams.py",
     "tests/test_properties.py",
 )

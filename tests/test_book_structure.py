@@ -378,6 +378,46 @@ def test_prose_number_check_catches_what_it_should():
     assert not changed and refused
 
 
+def test_printed_number_check_catches_what_it_should():
+    # The same for numbers the lesson's code prints (attncore.prints on the code cell).
+    pn = _script("prose_numbers")
+
+    def nb(text, shown, regex=r"^validation loss: (NUM)", printed="step 9\nvalidation loss: 1.84\n"):
+        return {"cells": [{"cell_type": "code", "source": [],
+                           "metadata": {"attncore": {"prints": {"x-loss": regex}}},
+                           "outputs": [{"output_type": "stream", "name": "stdout",
+                                        "text": printed}]},
+                          {"cell_type": "markdown", "source": [text],
+                           "metadata": {"attncore": {"numbers": {"x-loss": shown}}}}]}
+    assert not pn.problems(nb("The loss is 1.84.", "1.84"), "ok")
+    assert pn.problems(nb("The loss is 1.85.", "1.85"), "stale")
+    assert pn.problems(nb("The loss is 1.84.", "1.84", regex=r"^(NUM)",
+                          printed="1.84\n2.00\n"), "matches twice")
+    assert pn.problems(nb("The loss is 1.84.", "1.84", regex=r"^val loss: (NUM)"), "no match")
+    stale = nb("The loss is 1.80.", "1.80")
+    assert pn.rewrite(stale, "stale") == (True, [])
+    assert "".join(stale["cells"][1]["source"]) == "The loss is 1.84."
+
+
+def test_migration_moves_a_glued_label_to_the_cell_that_prints_it():
+    pn = _script("prose_numbers")
+    glue_out = {"output_type": "display_data", "metadata": {"scrapbook": {
+        "name": "x-loss", "mime_prefix": "application/papermill.record/"}},
+        "data": {"application/papermill.record/text/plain": "'1.84'"}}
+    book = {"cells": [
+        {"cell_type": "code", "source": ["print(f'validation loss: {loss:.2f}')"], "metadata": {},
+         "outputs": [{"output_type": "stream", "name": "stdout",
+                      "text": "validation loss: 1.84\n"}]},
+        {"cell_type": "code", "source": ["from attncore.lab.glue import glue\n",
+                                         "glue('x-loss', f'{loss:.2f}', display=False)"],
+         "metadata": {}, "outputs": [glue_out]},
+        {"cell_type": "markdown", "source": ["The loss is 1.84."],
+         "metadata": {"attncore": {"numbers": {"x-loss": "1.84"}}}}]}
+    changed, left = pn.migrate(book, "m")
+    assert changed and not left and len(book["cells"]) == 2
+    assert not pn.problems(book, "m")
+
+
 def test_chapter_references_are_current():
     # Each chapter that cites ends with a References cell listing, in full and as
     # references.bib has them, exactly the works its text cites (author-year).

@@ -416,7 +416,7 @@ def test_a_chapter_that_uses_an_optional_extra_installs_it():
                 assert all(f'"{m}"' in from_repository for m in modules), nb.name
             else:
                 assert f",{extra}" not in source and f",{extra}" not in from_repository
-    assert "10_inside_a_pretrained_model.ipynb" in users
+    assert "11_inside_a_pretrained_model.ipynb" in users
 
 
 def _run_setup_cell(python: Path, source: str, env: dict[str, str], cwd: Path,

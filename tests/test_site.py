@@ -443,8 +443,8 @@ def test_the_phone_check_catches_what_sticks_out(browser, tmp_path):
 # --- interactive figures: drawn offline, driven by the keyboard --------------------------------
 
 INTERACTIVE_CHAPTERS = ["chapters/02_why_sqrt_dk", "chapters/04_scaled_dot_product_attention",
-                        "chapters/06_positions", "chapters/07_tiled_attention",
-                        "chapters/10_inside_a_pretrained_model"]
+                        "chapters/06_positions", "chapters/08_tiled_attention",
+                        "chapters/11_inside_a_pretrained_model"]
 
 # The figure's controls and what is drawn: the SVG that vega-embed rendered.
 FIGURE_STATE = """
