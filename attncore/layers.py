@@ -182,6 +182,12 @@ def silu(x: Any) -> Any:
     ``exp(-|x|)``, which never overflows (``1 / (1 + e)`` for ``x >= 0``, ``e / (1 + e)``
     below), so a large negative ``x`` gives a tiny number of the right sign, not a
     warning; torch calls ``torch.nn.functional.silu``.
+
+    Examples
+    --------
+    >>> import numpy as np, attncore as ac
+    >>> ac.silu(np.array([-1000.0, -1.0, 0.0, 2.0])).round(4)
+    array([-0.    , -0.2689,  0.    ,  1.7616])
     """
     if backend_of(x=x) == NUMPY:
         check_floating("x", x)
@@ -364,6 +370,16 @@ def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6) -> Any:
         Mixed libraries or dtypes, a non-floating ``x``.
     ValueError
         A ``weight`` whose shape is not ``(d,)``; a non-positive ``eps``.
+
+    Examples
+    --------
+    >>> import numpy as np, attncore as ac
+    >>> x = np.array([[3.0, 4.0], [1.0, -1.0]])
+    >>> ac.rms_norm(x, eps=1e-12).round(4)            # rows of root mean square 1
+    array([[ 0.8485,  1.1314],
+           [ 1.    , -1.    ]])
+    >>> np.allclose(ac.rms_norm(x - x.mean(-1, keepdims=True)), ac.layer_norm(x, eps=1e-6))
+    True
     """
     eps = _check_norm(x, weight, None, eps)
     return _rms_norm(x, weight, eps)

@@ -4,6 +4,8 @@ itself (tests/tiny_gguf.py): random weights in SmolLM2's layout, so these run wh
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import sys
 
 import numpy as np
@@ -116,6 +118,14 @@ def test_generation_streams_and_stops(tiny):
     assert "".join(pieces) == tiny.decode(shown)
     got = []
     assert tiny.chat("the", 12, stream=got.append) == "".join(got) == "".join(pieces)
+    # generation stops after the end-of-turn token, and keeps it: here a token the
+    # model chooses at the third step stands in for it
+    stop = int(out[len(ids) + 2])
+    first = len(ids) + int(np.flatnonzero(out[len(ids):] == stop)[0])
+    ended = copy.copy(tiny)
+    ended.config = dataclasses.replace(tiny.config, eos_id=stop)
+    assert np.array_equal(ended.generate(ids, 30), out[:first + 1])
+    assert ended.chat("the", 30) == tiny.decode(out[len(ids):first])
     # sampling is seeded by the generator
     a = tiny.generate(ids, 10, temperature=0.8, top_k=20,
                       generator=torch.Generator().manual_seed(1))

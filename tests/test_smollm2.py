@@ -163,13 +163,12 @@ def test_the_chat_template_and_tokenizer_are_transformers(smol):
 # --- our model alone ------------------------------------------------------------------------
 
 def test_cached_decoding_equals_recomputation(smol):
+    """Each step's logits through the KV cache (attncore.generate's path) equal the rows
+    of one pass over the whole sequence, and so the tokens are its arg-maxes."""
     ids = smol.encode(PLAIN)
     model = smol.model
     n0, steps = len(ids), 4
     out = smol.generate(ids, steps, stop_at_eos=False)
-    recomputed = ac.generate(model, ids, steps, temperature=0.0, use_cache=False)
-    assert np.array_equal(out, recomputed)
-    # the cached logits of each step equal the rows of one pass over everything
     with torch.no_grad():
         full = ac.lm_logits(model, out)
         caches = [ac.KVCache.for_layer(b.attn, len(out), ()) for b in model.blocks]
@@ -184,6 +183,7 @@ def test_cached_decoding_equals_recomputation(smol):
         hidden = torch.cat(rows)
         cached = ac.rms_norm(hidden, model.lnf_weight, model.blocks[0].eps) @ model.tok_emb.T
     assert float((cached - full[n0 - 1:]).abs().max()) < 1e-4
+    assert np.array_equal(full[n0 - 1:-1].argmax(-1).numpy(), out[n0:])
 
 
 def test_numpy_backend_equals_torch(smol):
@@ -197,12 +197,3 @@ def test_numpy_backend_equals_torch(smol):
     np.testing.assert_allclose(w.sum(-1), 1, rtol=1e-5)
     np.testing.assert_allclose(w, smol.attention_weights(ids, 3).numpy(), atol=1e-5)
     assert np.triu(w, 1).max() == 0
-
-
-def test_a_chat_reply_ends_with_the_end_of_the_turn(smol):
-    ids = smol.chat_ids("Say hi.")
-    out = smol.generate(ids, 24)
-    assert out[-1] == smol.eos_id and len(out) < len(ids) + 24
-    assert smol.chat("Say hi.", 24) == smol.decode(out[len(ids):-1])
-
-
