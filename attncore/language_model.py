@@ -91,13 +91,13 @@ class LanguageModel:
     max_len: int | None = None
 
     def __post_init__(self) -> None:
-        backend_of(tok_emb=self.tok_emb, pos_emb=self.pos_emb, lnf_weight=self.lnf_weight,
-                   lnf_bias=self.lnf_bias, head=self.head)
         if not isinstance(self.blocks, (list, tuple)) or not self.blocks or \
                 not all(isinstance(b, TransformerBlockParams) for b in self.blocks):
             raise TypeError("blocks: expected a non-empty list of TransformerBlockParams")
         self.blocks = list(self.blocks)
         first = self.blocks[0]
+        backend_of(tok_emb=self.tok_emb, pos_emb=self.pos_emb, lnf_weight=self.lnf_weight,
+                   lnf_bias=self.lnf_bias, head=self.head, blocks=first.attn.w_q)
         d = first.d_model
         for name, x in (("tok_emb", self.tok_emb), ("pos_emb", self.pos_emb)):
             if x is None and name == "pos_emb":
@@ -374,8 +374,9 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     once, filling one :class:`~attncore.KVCache` per block, and then each new token alone
     (:func:`~attncore.transformer.block_decode_step`, its arguments checked once for all
     steps; with RoPE the cache's length is the new token's position): a step costs
-    ``O(t)`` instead of recomputing all ``t`` positions. ``use_cache=False`` recomputes the whole prefix at every step
-    (:func:`lm_logits`); it takes the same draws and chooses the same tokens.
+    ``O(t)`` instead of recomputing all ``t`` positions. ``use_cache=False`` recomputes
+    the whole prefix at every step (:func:`lm_logits`); it takes the same draws and
+    chooses the same tokens.
 
     Works for both forms of :class:`LanguageModel` (learned positions or RoPE, tied or
     untied head).

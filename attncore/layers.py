@@ -23,8 +23,9 @@ and the gated feed-forward layer of Llama (Shazeer, 2020)::
     swiglu(x) = (silu(x W_gate) * (x W_up)) W_down
 
 Low precision: NumPy float16 rows are normalised in float32 (statistics, gain and shift)
-and the result is rounded once to float16, as PyTorch does; computed in float16, a deviation above about 256 squares to infinity and
-the row comes back as zeros. (torch's own kernels already accumulate in float32.)
+and the result is rounded once to float16, as PyTorch does; computed in float16, a
+deviation above about 256 squares to infinity and the row comes back as zeros. (torch's
+own kernels already accumulate in float32.)
 
 NumPy has no ``erf``: :func:`erf` evaluates it with piecewise polynomials fitted once, at
 import, to the C library's ``erf`` (absolute error below 5e-15).

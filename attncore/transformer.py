@@ -513,6 +513,10 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
     p = params
     weights = []
 
+    # (Options of later models that act per head inside this sub-layer, such as an RMSNorm
+    # of each head's queries and keys before RoPE, or a sigmoid gate on each head's output
+    # before W_O, would be weights of their own in TransformerBlockParams, None when
+    # absent, applied here and in _decode_step's place in block_decode_step.)
     def attention(h: Any) -> Any:
         kw = {"mask": mask, "causal": causal, "return_weights": return_weights,
               "dropout_p": 0.0 if drop is None else drop.p, "generator": generator}
