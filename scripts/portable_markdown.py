@@ -12,9 +12,13 @@ MyST reads as markup those show as text, so the notebooks keep only the markup t
 frontend can live with, and the website's build (``_ext/portable_myst.py``) turns it back into
 the full MyST that sphinx-proof and sphinx-exercise need:
 
+- **A directive has no option lines** (``:label: ...``, ``:class: ...``), which a frontend
+  without MyST shows as text in the box's first line. An admonition is named by its class,
+  ``:::{tip} Learning goals``, ``:::{warning} Common mistake`` (jupyterlab-myst draws the same
+  box; the build makes it ``{admonition}`` with ``:class: tip``).
 - **A label** is an HTML comment, invisible everywhere: ``<!-- label: NAME -->`` on the line
-  after a directive's opening line (and its ``:option:`` lines), or on the line before a
-  heading. The build makes it the directive's ``:label:`` option, or a ``(NAME)=`` target.
+  after a directive's opening line, or on the line before a heading. The build makes it the
+  directive's ``:label:`` option, or a ``(NAME)=`` target.
 - **A reference** is a Markdown link with words, ``[Theorem "Title"](#thm-...)``: the site
   links it to the box, JupyterLab shows the words, and so does every other frontend. The
   words never hold a number: the site numbers boxes by chapter (Theorem 2.1), jupyterlab-myst
@@ -39,7 +43,9 @@ the full MyST that sphinx-proof and sphinx-exercise need:
 
 ``--write`` converts the older convention (``:label:`` options, ``(NAME)=`` targets,
 ``{prf:ref}``/``{ref}``/``{numref}`` roles, solutions wrapped in ``% <details>`` comment
-lines) and leaves a notebook that follows this one unchanged; it changes markdown cells only.
+lines, ``{admonition}`` with ``:class: tip``) and leaves a notebook that follows this one
+unchanged; it changes markdown cells only, and reports (as ``--check`` does) what it cannot
+convert, such as a reference to another notebook's label.
 A bare reference gets words from its target: ``Theorem "Title"`` for a box with a title,
 ``the section "Heading"`` for a section, ``an exercise below`` (or above) for an exercise.
 
@@ -93,17 +99,27 @@ def label_comment(label: str) -> str:
 
 def code_lines(lines: list[str]) -> set[int]:
     """Indices of the lines inside backtick or tilde code blocks (fences included)."""
-    inside, fence = set(), None
+    return _code_blocks(lines)[0]
+
+
+def code_block_openings(lines: list[str]) -> list[int]:
+    """Indices of the lines that open a backtick or tilde code block."""
+    return _code_blocks(lines)[1]
+
+
+def _code_blocks(lines: list[str]) -> tuple[set[int], list[int]]:
+    inside, openings, fence = set(), [], None
     for i, line in enumerate(lines):
         m = CODE_FENCE.match(line)
         if fence is None and m:
             fence = m.group("fence")
             inside.add(i)
+            openings.append(i)
         elif fence is not None:
             inside.add(i)
             if line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
                 fence = None
-    return inside
+    return inside, openings
 
 
 def option_end(lines: list[str], start: int) -> int:
@@ -388,6 +404,10 @@ def cell_problems(source: str, labels: set[str]) -> list[str]:
     found = []
     lines = source.split("\n")
     skip = code_lines(lines)
+    for i in code_block_openings(lines):
+        if re.match(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*\{", lines[i]):
+            found.append(f"line {i + 1}: a directive in a backtick fence, a code block "
+                         f"without MyST: {lines[i].strip()[:40]!r} (use a colon fence)")
     for i, line in enumerate(lines):
         if i in skip:
             continue
@@ -395,23 +415,23 @@ def cell_problems(source: str, labels: set[str]) -> list[str]:
         m = FENCE.match(line)
         if m:
             end = option_end(lines, i)
-            for option in lines[i + 1:end]:
-                if OPTION.match(option).group("key") == "label":
-                    found.append(f"{where}: a :label: option (write <!-- label: NAME --> on "
-                                 "the line after the directive's opening line)")
-                else:
-                    found.append(f"{where}: an option line, shown as text without MyST: "
-                                 f"{option!r} (an admonition's class is its name: "
-                                 ":::{tip} Title)")
             name = m.group("name")
             nxt = lines[end] if end < len(lines) else ""
+            keys = [OPTION.match(o).group("key") for o in lines[i + 1:end]]
+            if "label" in keys:
+                found.append(f"{where}: a :label: option (write <!-- label: NAME --> on the line "
+                             "after the directive's opening line)")
+            elif (name == "exercise" or name.startswith(PROOF_PREFIX) and name != "prf:proof") \
+                    and not LABEL_COMMENT.match(nxt):
+                found.append(f"{where}: {{{name}}} without <!-- label: NAME --> on the line "
+                             "after its opening line")
             if name == "solution":
                 found.append(f"{where}: a {{solution}} directive (write the solution as a "
                              f"dropdown opening with {solution_open(m.group('arg'))!r})")
-            if name in ("exercise",) or name.startswith(PROOF_PREFIX) and name != "prf:proof":
-                if not LABEL_COMMENT.match(nxt):
-                    found.append(f"{where}: {{{name}}} without <!-- label: NAME --> on the line "
-                                 "after its options")
+            for key in keys:
+                if key != "label" and name != "solution":
+                    found.append(f"{where}: a :{key}: option line, shown as text without MyST "
+                                 "(an admonition's class is its name: :::{tip} Title)")
             if name == "dropdown" and m.group("arg") == SOLUTION_TITLE:
                 if not SOLUTION_OPEN.match(nxt):
                     found.append(f"{where}: a solution dropdown whose next line is not "
@@ -442,8 +462,10 @@ def cell_problems(source: str, labels: set[str]) -> list[str]:
                 found.append(f"{where}: a label comment that is neither after a directive's "
                              "options nor before a heading")
     for m in roles_outside_code(source):
+        advice = ("a Markdown link with words" if m.group("role") in REFERENCE_ROLES
+                  else "the number, the citation or a link with words instead")
         found.append(f"a {{{m.group('role')}}} role, shown as text without MyST: "
-                     f"{m.group(0)[:60]!r} (write a Markdown link with words)")
+                     f"{m.group(0)[:60]!r} (write {advice})")
     for m in LINK_TO_LABEL.finditer(_outside_code(source)):
         if m.group("label") not in labels:
             found.append(f"a link to #{m.group('label')}, which this notebook does not label")
