@@ -268,9 +268,24 @@ def convert_cell(source: str, targets: dict[str, Target], cell: int) -> str:
     lines = source.split("\n")
     skip = code_lines(lines)
     out: list[str] = []
+    # closing fences of solutions that no "% </details>" line follows: </details> goes there
+    unclosed = set()
+    for i, line in enumerate(lines):
+        m = FENCE.match(line)
+        if i not in skip and m and m.group("name") == "solution":
+            close = closing_fence(lines, i, m.group("colons"), skip)
+            after = [x for x in lines[close + 1:] if x.strip()] if close is not None else []
+            if close is not None and (not after or after[0].rstrip() != OLD_SOLUTION_CLOSE):
+                unclosed.add(close)
     i = 0
     while i < len(lines):
         line = lines[i]
+        if i in unclosed:
+            out += [line, "", SOLUTION_CLOSE]
+            if i + 1 < len(lines) and lines[i + 1].strip():
+                out.append("")
+            i += 1
+            continue
         if i in skip:
             out.append(line)
             i += 1

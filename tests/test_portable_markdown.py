@@ -102,3 +102,12 @@ def test_the_command_writes_and_checks(tmp_path):
     assert sources(json.loads(path.read_text())) == NEW
     again = subprocess.run([*script, "--write", str(path)], capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout == "", again.stdout
+
+
+def test_a_bare_solution_gets_its_details_box():
+    cell = ":::{solution} ex-old-sum\n:class: dropdown\n\nIt is 1408.\n:::\nNext."
+    nb = pm.convert_notebook(notebook([*OLD[:4], cell]))
+    assert sources(nb)[4] == (":::{dropdown} Solution\n"
+                              "<details><summary></summary><!-- solution: ex-old-sum -->\n\n"
+                              "It is 1408.\n:::\n\n</details>\n\nNext.")
+    assert pm.notebook_problems(nb) == []
