@@ -8,20 +8,29 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``softmax.py``       -- :func:`softmax`, numerically stable
 * ``online_softmax.py`` -- the online softmax: :class:`SoftmaxState` (a softmax-weighted
   average summarised per query row), :func:`softmax_state`, :func:`merge_softmax_states`,
-  :func:`finalize_softmax_state`; the reference and tiled attention both compute with it
-* ``attention.py``     -- :func:`scaled_dot_product_attention`, :func:`causal_mask`
-* ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths
+  :func:`finalize_softmax_state`, :func:`add_sink_to_state` (an attention sink: one more
+  term in the log-sum-exp); the reference and tiled attention both compute with it
+* ``attention.py``     -- :func:`scaled_dot_product_attention` (with ``window=`` and
+  ``sinks=``), :func:`causal_mask`
+* ``masks.py``         -- :func:`padding_mask` for batches of sequences of different lengths,
+  :func:`sliding_window_mask` (with StreamingLLM's sink tokens), :func:`document_mask`
+  (packed documents), :func:`prefix_lm_mask`
+* ``sinks.py``         -- attention sinks (gpt-oss): one learned logit per head in the
+  softmax; the check of ``sinks=`` that every attention function shares
 * ``multihead.py``     -- :class:`MultiHeadParams`, :func:`init_multihead`, :func:`split_heads`,
   :func:`merge_heads`, :func:`multi_head_attention`, conversion to and from
   ``torch.nn.MultiheadAttention``
 * ``tiled.py``         -- :func:`tiled_attention` (flash-style, one key block at a time,
-  merging online-softmax states)
+  merging online-softmax states; a sliding window skips the rows outside it), and
+  :func:`tiled_attention_work`, the blocks and scores it computes
 * ``backward.py``      -- :func:`attention_backward` and :func:`tiled_attention_backward`:
   the gradients of q, k and v by hand, with the weights formed, and block by block from the
   forward pass's output and row log-sum-exp (FlashAttention's backward pass)
 * ``kvcache.py``       -- :class:`KVCache`, :func:`decode_step` and :func:`decode`: decoding
   a causal layer one token at a time with cached keys and values, and the
   :func:`bottom_right_causal_mask` of new queries against them
+* ``window_cache.py`` -- :class:`SlidingWindowKVCache`: a ring buffer of the last ``W``
+  positions plus the first ``S`` (sink tokens), for :func:`decode_step`
 * ``dropout.py``       -- :func:`dropout` with PyTorch's semantics (the attention functions'
   ``dropout_p``)
 * ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
@@ -42,6 +51,10 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
   length, causal as a recurrent network; :class:`RandomFeatures` (Performer's estimate
   of the softmax kernel)
+* ``delta_rule.py``    -- :func:`gated_delta_rule` and :func:`gated_delta_rule_step`: the
+  gated delta rule of Gated DeltaNet (Qwen3-Next, Kimi Linear), recurrent and chunked
+* ``sparse_attention.py`` -- :func:`topk_sparse_attention` and :func:`indexer_scores`:
+  DeepSeek-V3.2's learned sparse attention, an indexer choosing the top-k keys
 * ``distributed.py``   -- :func:`~attncore.distributed.ring_attention` and
   :func:`~attncore.distributed.ulysses_attention`: attention over a sequence sharded
   across the processes of a ``torch.distributed`` group
@@ -81,7 +94,7 @@ from .multihead import (
     params_to_torch,
     split_heads,
 )
-from .masks import padding_mask
+from .masks import document_mask, padding_mask, prefix_lm_mask, sliding_window_mask
 from .softmax import softmax
 from .positions import (
     position_frequencies,
@@ -92,14 +105,16 @@ from .positions import (
 from . import testing  # noqa: F401  (ac.testing.check_attention, like numpy.testing)
 from .online_softmax import (
     SoftmaxState,
+    add_sink_to_state,
     finalize_softmax_state,
     merge_softmax_states,
     softmax_state,
 )
-from .tiled import tiled_attention
+from .tiled import TiledWork, tiled_attention, tiled_attention_work
 
 # decoding with a KV cache (after multihead, which it builds on)
 from .kvcache import BaseKVCache, KVCache, bottom_right_causal_mask, decode, decode_step
+from .window_cache import SlidingWindowKVCache
 
 # what today's LLMs serve with: other cache layouts, latent attention, speculative sampling
 from .paged import BlockPool, PagedKVCache
@@ -128,6 +143,10 @@ from .linear_attention import (
     linear_attention,
     linear_attention_step,
 )
+
+# what 2025-26 open models changed: the gated delta rule, learned sparse attention
+from .delta_rule import gated_delta_rule, gated_delta_rule_step
+from .sparse_attention import indexer_scores, topk_sparse_attention
 
 # attention over a sequence sharded across processes (torch.distributed), built on the
 # online-softmax state above
@@ -198,4 +217,15 @@ __all__ = [
     "mla",
     "mla_decode",
     "speculative_accept",
+    "add_sink_to_state",
+    "document_mask",
+    "prefix_lm_mask",
+    "sliding_window_mask",
+    "TiledWork",
+    "tiled_attention_work",
+    "SlidingWindowKVCache",
+    "gated_delta_rule",
+    "gated_delta_rule_step",
+    "indexer_scores",
+    "topk_sparse_attention",
 ]

@@ -302,6 +302,7 @@ class AttentionShape(NamedTuple):
     scale: float          # the scale actually used: the caller's, or 1 / sqrt(d_k)
     causal: bool
     group: int = 1        # query heads per key/value head (> 1 only with enable_gqa)
+    window: int | None = None   # a sliding window (with causal): keys i - window < j <= i
 
 
 def check_mask(mask: Any, batch: tuple[int, ...], n_q: int, n_k: int, *,

@@ -29,7 +29,9 @@ from ._backend import (
 )
 from ._guard import Guard, attention_guard, is_low_precision
 from .dropout import Dropout, apply_dropout, check_dropout
+from .masks import check_window, with_window
 from .online_softmax import _finalize, _finite_or_zero, _state
+from .sinks import check_sinks, group_sinks
 
 __all__ = ["causal_mask", "check_attention_inputs", "combined_mask",
            "scaled_dot_product_attention"]
@@ -39,7 +41,8 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
                                  causal: bool = False, scale: Any = None,
                                  return_weights: bool = False,
                                  enable_gqa: bool = False, dropout_p: float = 0.0,
-                                 generator: Any = None) -> Any:
+                                 generator: Any = None, window: int | None = None,
+                                 sinks: Any = None) -> Any:
     """Softmax-weighted average of the value rows, one distribution per query.
 
     Parameters
@@ -83,6 +86,22 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
     generator : numpy.random.Generator or torch.Generator, optional
         The source of the dropout draws, matching the inputs' library; ``None`` uses the
         library's default source.
+    window : int, optional
+        A sliding window of ``W >= 1`` positions: query ``i`` sees the keys
+        ``i - W < j <= i`` only (Mistral, Gemma's local layers, gpt-oss). It needs
+        ``causal=True`` (a window is one-sided; without ``causal`` the call is refused
+        as ambiguous) and keeps its top-left alignment: query ``i`` is position ``i``
+        whatever ``n_q`` and ``n_k``. For the last ``n_q`` of ``n_k`` positions (new
+        queries against a cache), or to keep the first positions visible too (sink
+        tokens), pass :func:`~attncore.sliding_window_mask` as ``mask`` instead.
+        Combined with ``mask`` by logical AND.
+    sinks : numpy.ndarray or torch.Tensor, optional
+        Attention sinks, gpt-oss's form: one logit per head, ``s_h``, that takes part in
+        the softmax as a key of score ``s_h`` (not scaled) and value zero, so that
+        ``a_ij = exp(S_ij) / (exp(s_h) + sum_j' exp(S_ij'))``. Shape ``()`` (the same for
+        every row) or ``(H,)`` with ``H = q.shape[-3]`` (one per query head, also with
+        ``enable_gqa``); the dtype, library and device of ``q``; finite. Differentiable
+        on torch. See :mod:`attncore.sinks`.
 
     Returns
     -------
@@ -90,7 +109,8 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         Same dtype, library and device as ``q``.
     weights : numpy.ndarray or torch.Tensor, shape ``(..., n_q, n_k)``
         Only if ``return_weights``; each row sums to 1 (with dropout: the weights actually
-        used, after dropout, as PyTorch's ``nn.MultiheadAttention`` returns them).
+        used, after dropout, as PyTorch's ``nn.MultiheadAttention`` returns them); with
+        ``sinks``, to 1 minus the sink's weight.
 
     Raises
     ------
@@ -98,20 +118,24 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
         Mixed NumPy/torch inputs, a non-floating, unsupported (longdouble, 8-bit) or
         mismatched dtype, a ``numpy.matrix`` or masked array, a non-boolean mask,
         a flag that is not ``True`` or ``False``, a scale that is not a real scalar, a
-        ``dropout_p`` that is not a real number, a generator of the wrong library.
+        ``dropout_p`` that is not a real number, a generator of the wrong library, a
+        ``window`` that is not an integer, ``sinks`` of another library or dtype.
     ValueError
         Rank below 2, ``d_k = 0``, ``d_k`` of ``q`` and ``k`` differ, ``n_k`` of ``k`` and
         ``v`` differ, batch shapes differ (with ``enable_gqa``: other than in a number of
         key/value heads that divides the number of query heads), a mask that does not broadcast or whose batch
         axes are ambiguous, a non-finite scale, a NaN or infinity in ``q``, ``k`` or ``v``
         (even one a mask hides), scores that overflow the working precision, a
-        ``dropout_p`` outside ``[0, 1)``.
+        ``dropout_p`` outside ``[0, 1)``, a ``window`` below 1 or without
+        ``causal=True``, ``sinks`` of a shape other than ``()`` and ``(H,)`` or with NaN
+        or infinity.
 
     Notes
     -----
     A query row whose keys are **all** masked, and every row when ``n_k = 0``, has no
     distribution to average with. attncore returns **zeros** for that row of ``out`` and
-    of ``weights``, never NaN.
+    of ``weights``, never NaN. (With ``sinks`` such a row puts all its weight on the
+    sink, whose value is zero: the same zeros.)
 
     ``q``, ``k`` and ``v`` must share one library, one device, one floating dtype, and the
     same leading (batch) shape ``...``; attncore does not broadcast batch axes silently.
@@ -147,37 +171,53 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, *, mask: Any = None,
                                    enable_gqa=enable_gqa)
     return_weights = check_flag("return_weights", return_weights)
     drop = check_dropout(dropout_p, generator, shape.backend, like=q)
+    window = check_window(window, shape.causal)
+    if sinks is not None:
+        sinks = check_sinks(sinks, q, shape.batch)
+    if window is not None:
+        shape = shape._replace(window=window)
     return attend(q, k, v, mask, shape, return_weights, attention_guard(q, k, v, shape),
-                  drop)
+                  drop, sinks)
 
 
 def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weights: bool,
-           guard: Guard, drop: Dropout | None = None) -> Any:
+           guard: Guard, drop: Dropout | None = None, sinks: Any = None) -> Any:
     """The computation, after the checks: for callers that have checked the arguments
     themselves (:func:`~attncore.multi_head_attention`). ``drop`` is the checked dropout
-    (:func:`attncore.dropout.check_dropout`), None for none."""
+    (:func:`attncore.dropout.check_dropout`), None for none; ``sinks`` the sink logits
+    shaped by :func:`attncore.sinks.check_sinks`, None for none."""
     # (Under torch.func's grad, jvp and the like, and forward-mode AD, attncore's own
-    # arithmetic: PyTorch's fused kernels have no forward derivative, nor a second one.)
+    # arithmetic: PyTorch's fused kernels have no forward derivative, nor a second one.
+    # Nor do they take a sink.)
+    if shape.window is not None:
+        # a sliding window is a mask here (tiled attention skips the blocks outside it);
+        # its band holds the causal part too
+        mask = with_window(mask, shape.window, shape.n_q, shape.n_k, q)
+        shape = shape._replace(causal=False, window=None)
     fused = shape.backend != NUMPY and not return_weights and guard.certified and \
-        not guard.transformed and abs(shape.scale) >= _TINY and drop is None
+        not guard.transformed and abs(shape.scale) >= _TINY and drop is None and \
+        sinks is None
     if shape.group > 1 and not (fused and shape.n_k):
         # grouped-query attention in attncore's own arithmetic: ordinary attention on
         # grouped views of the same arrays (PyTorch's kernel takes enable_gqa itself)
         q, k, v, mask, grouped = group_heads(q, k, v, mask, shape)
-        return ungroup_heads(attend(q, k, v, mask, grouped, return_weights, guard, drop),
-                             shape)
+        if sinks is not None:
+            sinks = group_sinks(sinks, shape.group)
+        return ungroup_heads(attend(q, k, v, mask, grouped, return_weights, guard, drop,
+                                    sinks), shape)
     if shape.backend == NUMPY:
         if drop is not None and not return_weights:
             # dropout acts on the weights, so they are formed (and then not returned)
-            return attend(q, k, v, mask, shape, True, guard, drop)[0]
+            return attend(q, k, v, mask, shape, True, guard, drop, sinks)[0]
         # Scores within a few units of the largest float (checked finite by the guard) may
         # still overflow in s - max to -inf, whose exponential is the right 0: no warning.
         with np.errstate(over="ignore") if not guard.certified else nullcontext():
             if not is_low_precision(q):
                 return _attention_numpy(q, k, v, mask, shape, return_weights,
-                                        guard.v_factor, drop)
+                                        guard.v_factor, drop, sinks)
             result = _attention_numpy(*(x.astype(np.float32) for x in (q, k, v)), mask,
-                                      shape, return_weights, guard.v_factor, drop)
+                                      shape, return_weights, guard.v_factor, drop,
+                                      None if sinks is None else sinks.astype(np.float32))
         if return_weights:
             return result[0].astype(q.dtype), result[1].astype(q.dtype)
         return result.astype(q.dtype)
@@ -190,7 +230,8 @@ def attend(q: Any, k: Any, v: Any, mask: Any, shape: AttentionShape, return_weig
             return _attention_fused(-q, k, v, mask, shape._replace(scale=-shape.scale),
                                     guard.vmapped)
         return _attention_fused(q, k, v, mask, shape, guard.vmapped)
-    return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor, drop)
+    return _attention_torch(q, k, v, mask, shape, return_weights, guard.v_factor, drop,
+                            sinks)
 
 
 _TINY = float(np.finfo(np.float32).tiny)
@@ -237,7 +278,7 @@ def combined_mask(mask: Any, causal: bool, n_q: int, n_k: int, like: Any) -> Any
     return tri if mask is None else mask & tri
 
 
-def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None):
+def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None, sinks=None):
     if v_factor is not None:
         v = v / v_factor
     # Scaling q (n_q x d_k numbers) rather than the scores (n_q x n_k) is the same product
@@ -251,9 +292,13 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None):
     if return_weights:
         if shape.n_k:
             m = scores.max(axis=-1, keepdims=True)
+            if sinks is not None:
+                m = np.maximum(m, sinks)         # finite now, and the sink's term below
             scores -= _finite_or_zero(m)
             np.exp(scores, out=scores)
             total = scores.sum(axis=-1, keepdims=True)
+            if sinks is not None:
+                total += np.exp(sinks - m)       # the sink: one more term, no value
             # a fully masked row is exp(-inf) = 0 already: leave it zeros
             np.divide(scores, total, out=scores, where=total > 0)
         if drop is not None:
@@ -264,6 +309,14 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None):
         return out, scores
     if not shape.n_k:
         out = scores @ v
+    elif sinks is not None:
+        # The sink is one more key, of score s_h and value 0: it raises the maximum
+        # (never -inf now) and adds exp(s_h - m) to each row's sum, and nothing to out.
+        m = np.maximum(scores.max(axis=-1, keepdims=True), sinks)
+        state = _state(scores, v, m, overwrite=True, empty_rows=False)
+        del scores
+        state.sum[...] += np.exp(sinks - m)
+        out = _finalize(state, in_place=True, empty_rows=False)
     else:
         # Without the weights the division can wait: softmax(S) V = (exp(S - m) V) / l,
         # where m is the row maximum and l the row sum of exp(S - m); that divides
@@ -280,7 +333,7 @@ def _attention_numpy(q, k, v, mask, shape, return_weights, v_factor, drop=None):
     return out
 
 
-def _attention_torch(q, k, v, mask, shape, return_weights, v_factor, drop=None):
+def _attention_torch(q, k, v, mask, shape, return_weights, v_factor, drop=None, sinks=None):
     """attncore's own arithmetic on torch: the weights path, and any call whose numbers
     are large enough that the guard checked the scores one by one."""
     import torch
@@ -295,8 +348,13 @@ def _attention_torch(q, k, v, mask, shape, return_weights, v_factor, drop=None):
         scores = scores.masked_fill(~allowed, float("-inf"))
     if shape.n_k:
         m = scores.amax(dim=-1, keepdim=True)
+        if sinks is not None:
+            sinks = sinks.to(work)
+            m = torch.maximum(m, sinks)          # finite now, and the sink's term below
         e = torch.exp(scores - _finite_or_zero(m))
         total = e.sum(dim=-1, keepdim=True)
+        if sinks is not None:
+            total = total + torch.exp(sinks - m)  # the sink: one more term, no value
         # a fully masked row is exp(-inf) = 0 already; dividing it by 1 keeps it zeros
         # (and its gradient finite)
         scores = e / torch.where(total > 0, total, torch.ones_like(total))

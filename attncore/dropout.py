@@ -163,25 +163,26 @@ def _mix32(x: Any) -> Any:
 
 
 def block_keep(drop: BlockDropout, like: Any, batch: tuple[int, ...], n_q: int, n_k: int,
-               r0: int, j0: int, j1: int) -> Any:
-    """The dropout factor of the block of weights ``[..., r0:n_q, j0:j1]``: ``1 / (1 - p)``
-    where the entry is kept, 0 where it is dropped.
+               r0: int, j0: int, j1: int, r1: int | None = None) -> Any:
+    """The dropout factor of the block of weights ``[..., r0:r1, j0:j1]`` (``r1`` defaults
+    to ``n_q``): ``1 / (1 - p)`` where the entry is kept, 0 where it is dropped.
 
-    Returns an array of shape ``batch + (n_q - r0, j1 - j0)`` in ``like``'s library, dtype
+    Returns an array of shape ``batch + (r1 - r0, j1 - j0)`` in ``like``'s library, dtype
     and device; the same arguments give the same factor, block by block or all at once.
     """
+    r1 = n_q if r1 is None else r1
     factor = 1.0 / (1.0 - drop.p)
     threshold = min(int(math.ceil(drop.p * 2**32)), 2**32)
     size = math.prod(batch)
     if isinstance(like, np.ndarray):
         b = np.arange(size, dtype=np.int64).reshape(batch + (1, 1))
-        i = np.arange(r0, n_q, dtype=np.int64).reshape(n_q - r0, 1)
+        i = np.arange(r0, r1, dtype=np.int64).reshape(r1 - r0, 1)
         j = np.arange(j0, j1, dtype=np.int64)
         where, one, zero = np.where, np.asarray(factor, like.dtype), np.zeros((), like.dtype)
     else:
         torch = sys.modules["torch"]
         b = torch.arange(size, dtype=torch.int64, device=like.device).reshape(batch + (1, 1))
-        i = torch.arange(r0, n_q, dtype=torch.int64, device=like.device).reshape(n_q - r0, 1)
+        i = torch.arange(r0, r1, dtype=torch.int64, device=like.device).reshape(r1 - r0, 1)
         j = torch.arange(j0, j1, dtype=torch.int64, device=like.device)
         where = torch.where
         one = like.new_tensor(factor)

@@ -50,6 +50,7 @@ from ._backend import (
 from ._guard import attention_guard
 from .attention import attend, lower_triangle
 from .positions import _check_base, rope
+from .sinks import check_sinks
 from .multihead import (
     MultiHeadParams,
     _check_layer,
@@ -102,7 +103,8 @@ def check_cache_layout(batch_shape: Any, d_k: Any, d_v: Any, dtype: Any, backend
 
 
 class BaseKVCache:
-    """What :func:`decode_step` needs of a cache: the layout, ``append`` and ``truncate``.
+    """What :func:`decode_step` needs of a cache: the layout, ``append`` and ``truncate``
+    (and ``_decode_mask``, for a cache that does not give back every position).
 
     A cache holds, for ``length`` positions, a key of width ``d_k`` and a value of width
     ``d_v`` per row of ``batch_shape``; row ``j`` is position ``j``. Subclasses decide how
@@ -168,6 +170,17 @@ class BaseKVCache:
     def reset(self) -> None:
         """Empty the cache (``truncate(0)``), to decode another sequence in its memory."""
         self.truncate(0)
+
+    def _decode_mask(self, n_new: int, like: Any) -> tuple[Any, bool]:
+        """``(mask, causal)`` of the ``n_new`` positions just appended, as queries, against
+        the keys :meth:`append` returned: here every position so far, in order, so
+        causal (top-left) for a first chunk, bottom-right for a later one, and nothing for
+        one new token. A cache that keeps fewer positions (a sliding window,
+        :class:`attncore.SlidingWindowKVCache`) says which of its keys each query sees."""
+        start = self.length - n_new
+        if n_new == 1 or start == 0:
+            return None, n_new > 1
+        return bottom_right_causal_mask(n_new, self.length, like=like), False
 
     def _check_kv(self, k: Any, v: Any) -> int:
         """Check ``k``, ``v`` against the cache's layout; return their ``n``."""
@@ -440,7 +453,7 @@ def _check_rope_base(rope_base: Any, params: MultiHeadParams) -> float | None:
 
 
 def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
-                rope_base: float | None = None) -> Any:
+                rope_base: float | None = None, sinks: Any = None) -> Any:
     """One step of cached decoding through a causal multi-head self-attention layer.
 
     The new tokens' queries, keys and values are projected; the keys and values are
@@ -470,6 +483,8 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         Rotate queries and keys with RoPE of this base (a finite number above 1; needs an
         even ``d_head``). A cache that holds positions must have been filled with the same
         ``rope_base``.
+    sinks : array of shape ``(num_heads,)`` or ``()``, optional
+        Attention sinks, one logit per head, as in :func:`~attncore.multi_head_attention`.
 
     Returns
     -------
@@ -477,7 +492,9 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         Equal, up to rounding, to the rows of ``multi_head_attention(params, x_all,
         causal=True)`` (with ``rope_base``: ``rope_multi_head_attention(params, x_all,
         causal=True, base=rope_base)``) at these positions, where ``x_all`` is every input
-        so far. (An :class:`~attncore.Int8KVCache` adds its quantization error.)
+        so far. (An :class:`~attncore.Int8KVCache` adds its quantization error; a
+        :class:`~attncore.SlidingWindowKVCache` makes the mask its window's,
+        :func:`~attncore.sliding_window_mask`.)
 
     Raises
     ------
@@ -493,6 +510,8 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
     n_new = layer.n_q
     if n_new == 0:
         raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
+    if sinks is not None:
+        sinks = check_sinks(sinks, x, layer.batch + (params.num_heads,), heads="num_heads")
     q, k, v = _project_heads(params, layer, x)
     if not layer.certified and find_non_finite(q=q, k=k, v=v) is not None:
         raise ValueError("x, params: expected projections that fit in dtype "
@@ -517,17 +536,17 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
     try:
         h, d = params.num_heads, params.d_head
         # The new queries are the last n_new of start + n_new positions: with an empty
-        # cache that is ordinary (top-left) causal attention, otherwise bottom-right.
-        mask = None if n_new == 1 or start == 0 else \
-            bottom_right_causal_mask(n_new, start + n_new, like=x)
-        shape = AttentionShape(backend_of(x=x), layer.batch + (h,), n_new, start + n_new, d,
-                               d, 1.0 / math.sqrt(d), n_new > 1 and start == 0,
+        # cache that is ordinary (top-left) causal attention, otherwise bottom-right (or,
+        # for a cache that keeps only some positions, the mask it gives).
+        mask, causal = cache._decode_mask(n_new, x)
+        shape = AttentionShape(backend_of(x=x), layer.batch + (h,), n_new,
+                               shape_of(keys)[-2], d, d, 1.0 / math.sqrt(d), causal,
                                h // params.n_kv_heads)
         guard = attention_guard(q, keys, values, shape,
                                 names=("q", "cache.keys", "cache.values"),
                                 inputs="x, the cache or params",
                                 scores="q @ cache.keys^T / sqrt(d_head), per head")
-        heads = attend(q, keys, values, mask, shape, False, guard)
+        heads = attend(q, keys, values, mask, shape, False, guard, None, sinks)
         out = _linear(merge_heads(heads), params.w_o, params.b_o)
         if find_non_finite(out=out) is not None:
             raise ValueError(f"x, params: expected an output that fits in dtype "
@@ -547,7 +566,8 @@ def _recording(*tensors: Any) -> bool:
 
 
 def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
-           cache: BaseKVCache | None = None, rope_base: float | None = None) -> Any:
+           cache: BaseKVCache | None = None, rope_base: float | None = None,
+           sinks: Any = None) -> Any:
     """Run a sequence through a causal self-attention layer step by step, with a KV cache.
 
     Positions are fed to :func:`decode_step` ``chunk_size`` at a time (1: one token per
@@ -570,6 +590,8 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     rope_base : float, optional
         RoPE of this base on queries and keys, at absolute positions (see
         :func:`decode_step`).
+    sinks : array of shape ``(num_heads,)`` or ``()``, optional
+        Attention sinks (see :func:`decode_step`).
 
     Returns
     -------
@@ -598,7 +620,8 @@ def decode(params: MultiHeadParams, x: Any, *, chunk_size: int = 1,
     _check_cache(cache, params, x, rope_base)
     if n == 0:
         return _linear(x, params.w_o, None)             # (..., 0, d_model)
-    outs = [decode_step(params, x[..., i:i + chunk_size, :], cache, rope_base=rope_base)
+    outs = [decode_step(params, x[..., i:i + chunk_size, :], cache, rope_base=rope_base,
+                        sinks=sinks)
             for i in range(0, n, chunk_size)]
     if isinstance(x, np.ndarray):
         return np.concatenate(outs, axis=-2)

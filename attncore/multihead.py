@@ -51,6 +51,8 @@ from ._guard import (
 )
 from .attention import attend
 from .dropout import Dropout, check_dropout
+from .masks import check_window, with_window
+from .sinks import check_sinks
 
 __all__ = [
     "MultiHeadParams",
@@ -477,7 +479,8 @@ def _check_output(layer: _Layer, out: Any) -> Any:
 def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
                          mask: Any = None, causal: bool = False,
                          return_weights: bool = False, dropout_p: float = 0.0,
-                         generator: Any = None) -> Any:
+                         generator: Any = None, window: int | None = None,
+                         sinks: Any = None) -> Any:
     """Multi-head attention layer: project, split into heads, attend, merge, project.
 
     Parameters
@@ -507,12 +510,20 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
         nothing, bit for bit.
     generator : numpy.random.Generator or torch.Generator, optional
         The source of the dropout draws, matching the inputs' library.
+    window : int, optional
+        A sliding window in every head: query ``i`` sees keys ``i - window < j <= i``
+        (needs ``causal=True``); see :func:`~attncore.scaled_dot_product_attention`.
+    sinks : numpy.ndarray or torch.Tensor, shape ``(num_heads,)`` or ``()``, optional
+        One sink logit per head (gpt-oss), in the dtype, library and device of the
+        inputs; see :func:`~attncore.scaled_dot_product_attention` and
+        :mod:`attncore.sinks`. Differentiable on torch.
 
     Returns
     -------
     out : numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_model)``
     weights : numpy.ndarray or torch.Tensor, shape ``(..., num_heads, n_q, n_k)``
-        Only if ``return_weights``.
+        Only if ``return_weights`` (with ``sinks``, rows sum to 1 minus the sink's
+        weight).
 
     Raises
     ------
@@ -522,13 +533,33 @@ def multi_head_attention(params: MultiHeadParams, x_q: Any, x_kv: Any = None, *,
     ValueError
         Widths that do not match ``params``; different batch shapes of ``x_q`` and
         ``x_kv``; a mask that does not broadcast or is ambiguous; NaN or infinity in an
-        input or weight (named); an overflow in the projections, scores or output.
+        input or weight (named); an overflow in the projections, scores or output; a
+        ``window`` below 1 or without ``causal=True``; ``sinks`` of another shape,
+        library or dtype, or not finite.
     """
     return_weights = check_flag("return_weights", return_weights)
     layer = _check_layer(params, x_q, x_kv, mask, causal)
     drop = check_dropout(dropout_p, generator, params.backend, like=x_q)
+    mask, layer, sinks = _window_and_sinks(params, layer, x_q, mask, window, sinks)
     q, k, v = _project_heads(params, layer, x_q)
-    return _attend_heads(params, layer, q, k, v, mask, return_weights, drop)
+    return _attend_heads(params, layer, q, k, v, mask, return_weights, drop, sinks)
+
+
+def _window_and_sinks(params: MultiHeadParams, layer: _Layer, x_q: Any, mask: Any,
+                      window: Any, sinks: Any) -> tuple[Any, _Layer, Any]:
+    """``window`` folded into the mask (its band holds the causal part, so the layer is
+    no longer marked causal) and ``sinks`` checked and shaped for the heads,
+    ``(..., num_heads, n, d_head)``."""
+    window = check_window(window, layer.causal)
+    if window is not None:
+        band = with_window(None, window, layer.n_q, layer.n_k, x_q)
+        # the caller's mask has no heads axis; keep it that way (_attend_heads adds one)
+        mask = band if mask is None else mask & band
+        layer = layer._replace(causal=False)
+    if sinks is not None:
+        sinks = check_sinks(sinks, x_q, layer.batch + (params.num_heads,),
+                            heads="num_heads")
+    return mask, layer, sinks
 
 
 def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[Any, Any, Any]:
@@ -541,7 +572,8 @@ def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[An
 
 
 def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
-                  return_weights: bool, drop: Dropout | None = None) -> Any:
+                  return_weights: bool, drop: Dropout | None = None,
+                  sinks: Any = None) -> Any:
     """Attention in every head, the heads merged and projected by ``W_O``."""
     if mask is not None and mask.ndim > 2:
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
@@ -550,7 +582,7 @@ def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any
                            1.0 / math.sqrt(params.d_head), layer.causal,
                            params.num_heads // params.n_kv_heads)
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape),
-                    drop)
+                    drop, sinks)
     heads, weights = result if return_weights else (result, None)
     out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
     return (out, weights) if return_weights else out

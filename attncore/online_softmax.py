@@ -30,6 +30,10 @@ part at fault, on NumPy and torch alike, rather than compute a number from it:
   ``exp(m - m) = 1`` to it (merging keeps this exactly: the factor of the state with the
   larger maximum is exactly 1, and the other term is ``>= 0``).
 
+An attention sink (gpt-oss: one logit ``s`` per head, a key of score ``s`` and value 0)
+is one more state, ``(s, 1, 0)``, merged in exactly once (:func:`add_sink_to_state`): the
+log-sum-exp gains the term ``exp(s)`` and the output none.
+
 All functions take NumPy arrays or torch tensors (computed on the tensors' device).
 """
 
@@ -50,8 +54,8 @@ from ._backend import (
     shape_of,
 )
 
-__all__ = ["SoftmaxState", "finalize_softmax_state", "merge_softmax_states",
-           "softmax_state"]
+__all__ = ["SoftmaxState", "add_sink_to_state", "finalize_softmax_state",
+           "merge_softmax_states", "softmax_state"]
 
 
 class SoftmaxState(NamedTuple):
@@ -150,6 +154,15 @@ def _merge(a: SoftmaxState, b: SoftmaxState, into_a: bool = False) -> SoftmaxSta
     out_a += out_b
     a.max[...] = m
     return a
+
+
+def _add_sink(state: SoftmaxState, sink: Any) -> SoftmaxState:
+    """The state merged with the sink's state ``(sink, 1, 0)``: a key of score ``sink``
+    and value zero. ``sink`` broadcasts against ``state.max``. Out of place (autograd)."""
+    xp = _xp(state.max)
+    m = xp.maximum(state.max, sink)            # finite: the sink is a finite score
+    alpha = xp.exp(state.max - m)              # 0 for a row that saw no key
+    return SoftmaxState(m, alpha * state.sum + xp.exp(sink - m), alpha * state.out)
 
 
 def _finalize(state: SoftmaxState, in_place: bool = False, empty_rows: bool = True) -> Any:
@@ -341,6 +354,56 @@ def merge_softmax_states(a: SoftmaxState, b: SoftmaxState, *,
                          f"{shape_of(b.out)}")
     into_a = check_flag("into_a", into_a)
     return _merge(a, b, into_a)
+
+
+def add_sink_to_state(state: SoftmaxState, sink: Any) -> SoftmaxState:
+    """The state with an attention sink added: one more key, of score ``sink``, value 0.
+
+    The sink's own state is ``(sink, 1, 0)`` (one key: its maximum is its score, its
+    sum ``exp(0) = 1``, its output ``1 * 0``), so this is
+    ``merge_softmax_states(state, (sink, 1, 0))``: with ``m = max(m_a, sink)`` ::
+
+        max = m,   sum = exp(m_a - m) l_a + exp(sink - m),   out = exp(m_a - m) o_a
+
+    and the log-sum-exp becomes ``log(exp(lse) + exp(sink))``. Merging stays exact as
+    long as the sink is added once, to any one of the states merged (the merge is
+    associative and commutative): ``add_sink_to_state(merge(a, b), s) ==
+    merge(add_sink_to_state(a, s), b)``. A row that saw no key becomes ``(sink, 1, 0)``,
+    and finalises to zeros.
+
+    Parameters
+    ----------
+    state : SoftmaxState
+        ``max`` and ``sum`` of shape ``(..., n_q, 1)``, ``out`` of shape ``(..., n_q, d_v)``.
+    sink : numpy.ndarray or torch.Tensor
+        The sink logits, of ``state``'s library, device and dtype, finite: 0-d (one for
+        every row), or with as many axes as ``state.max``, each of size 1 or equal to
+        that of ``state.max`` (``(1, H, 1, 1)`` for one logit per head of
+        ``(batch, H, n_q, 1)``). Nothing is broadcast beyond ``state.max``'s shape.
+
+    Returns
+    -------
+    SoftmaxState
+        A new state, shapes as ``state``; on torch differentiable with respect to both.
+
+    Raises
+    ------
+    TypeError
+        ``state`` is not a :class:`SoftmaxState`; mixed libraries or dtypes.
+    ValueError
+        A malformed or impossible state (as :func:`merge_softmax_states`), a ``sink`` of
+        another shape or with NaN or infinity.
+    """
+    _check_state("state", state)
+    backend_of(**{"state.max": state.max, "sink": sink})
+    check_floating("sink", sink)
+    check_same_dtype(**{"state.max": state.max, "sink": sink})
+    ms, ss = shape_of(state.max), shape_of(sink)
+    if ss and (len(ss) != len(ms) or any(a not in (1, b) for a, b in zip(ss, ms))):
+        raise ValueError(f"sink: expected shape () or one that broadcasts to state.max's "
+                         f"{ms} with as many axes (each of size 1 or equal), got {ss}")
+    check_all_finite(sink=sink)
+    return _add_sink(state, sink)
 
 
 def finalize_softmax_state(state: SoftmaxState) -> Any:

@@ -1,7 +1,7 @@
 """FlashAttention as GPU kernels, written in Triton: :func:`flash_attention`.
 
 The algorithm of :func:`~attncore.tiled_attention` and
-:func:`~attncore.tiled_attention_backward` (chapters 7 and 8), written as the kernels a GPU
+:func:`~attncore.tiled_attention_backward` (chapters 8 and 9), written as the kernels a GPU
 runs. Each *program* (one instance of a kernel) owns one tile of ``BLOCK_M`` query rows of
 one (batch, head):
 
@@ -9,19 +9,29 @@ one (batch, head):
   keeps the online softmax's running maximum ``m``, sum ``l`` and weighted sum of values in
   registers (in float32), and writes the output tile and the row log-sum-exp
   ``L = m + log(l)``;
-* the backward pass runs two kernels, as FlashAttention-2 does: one program per tile of keys
-  accumulates ``dK`` and ``dV`` over the query tiles, one program per tile of queries
-  accumulates ``dQ`` over the key tiles. Both recompute the weights ``exp(S - L)`` from the
+* the backward pass runs two kernels: one program per tile of keys accumulates ``dK`` and
+  ``dV`` over the query tiles, one program per tile of queries accumulates ``dQ`` over the
+  key tiles (the two passes of Triton's fused-attention tutorial, which makes both in one
+  launch; FlashAttention-2 instead adds into ``dQ`` with atomic additions from the key-tile
+  programs). Both recompute the weights ``exp(S - L)`` from the
   saved log-sum-exp and use ``D = rowsum(dO * O)`` (computed before them) for the softmax's
   row sums. Splitting ``dQ`` from ``dK, dV`` lets every program write only its own tile, so
   no two programs add into the same memory.
 
+Attention sinks (gpt-oss, :mod:`attncore.sinks`) change one line of the forward kernel:
+the running state starts as the sink's, ``m = s_h`` and ``l = 1`` (a key of score
+``s_h`` and value 0), instead of ``m = -inf`` and ``l = 0``. The log-sum-exp it saves then
+includes the sink, so the backward kernels, which recompute the weights as ``exp(S -
+L)``, need no change; the sink's own gradient, ``-sum_i exp(s_h - L_i) D_i``, is one
+number per row, summed outside the kernels.
+
 On CUDA tensors the kernels are compiled by Triton. On CPU tensors they run in Triton's
 interpreter, which executes the same kernel source with NumPy, one program after another:
 exact enough to test the kernels on any machine, far too slow to say anything about their
-speed. Triton chooses between the two once, when it is imported: it interprets every
-kernel if the environment variable ``TRITON_INTERPRET=1`` is set then (its own helpers,
-such as ``tl.zeros``, are decorated at that moment, so setting it later does not work).
+speed. ``triton.jit`` chooses between the two for each function it decorates, reading the
+environment variable ``TRITON_INTERPRET`` then; Triton's own helpers, such as ``tl.zeros``,
+are decorated when Triton is imported, so the variable must be ``1`` by then (set later, it
+gives interpreted kernels that call compiled helpers, which fails).
 Importing this module on a machine without a CUDA device, before Triton is imported,
 sets ``TRITON_INTERPRET=1`` unless the variable is set already. In interpreter mode CUDA
 tensors are computed on the CPU too; without it, CPU tensors are refused with a
@@ -40,10 +50,10 @@ from typing import Any
 
 try:
     import torch
-    # Triton chooses between compiling and interpreting when it is imported (its own
-    # helpers, tl.zeros among them, are decorated then): on a machine without a GPU,
-    # switch its interpreter on first, unless Triton is already imported or the caller
-    # chose (TRITON_INTERPRET=0 keeps it off).
+    # triton.jit chooses between compiling and interpreting as it decorates each function,
+    # and Triton's own helpers (tl.zeros among them) are decorated when it is imported: on a
+    # machine without a GPU, switch its interpreter on first, unless Triton is already
+    # imported or the caller chose (TRITON_INTERPRET=0 keeps it off).
     if "triton" not in sys.modules and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import triton
@@ -57,6 +67,7 @@ except ImportError as err:          # pragma: no cover - depends on the environm
 
 from ._backend import check_attention_inputs, check_rank, dtype_name  # noqa: E402
 from ._guard import attention_guard  # noqa: E402
+from .sinks import check_sinks  # noqa: E402
 
 # Whether Triton was imported in interpreter mode (then its helpers are interpreted too).
 _INTERPRETED = type(tl.zeros).__name__ == "InterpretedFunction"
@@ -77,7 +88,8 @@ MAX_HEAD_DIM = 256
 def _forward_kernel(Q, K, V, O, LSE, n_q, n_k, d_k, d_v, scale,
                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr,
-                    BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr):
+                    BLOCK_DV: tl.constexpr, PRECISION: tl.constexpr,
+                    SINKS=None, n_heads=1, HAS_SINKS: tl.constexpr = False):
     start_m = tl.program_id(0) * BLOCK_M      # this program's first query
     head = tl.program_id(1)                   # and its (batch, head)
     Q += head * n_q * d_k
@@ -94,6 +106,10 @@ def _forward_kernel(Q, K, V, O, LSE, n_q, n_k, d_k, d_v, scale,
                 other=0.0)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
     l = tl.zeros([BLOCK_M], tl.float32)                # running sum
+    if HAS_SINKS:   # start from the sink's state: a key of score s, value 0
+        sink = tl.load(SINKS + head % n_heads).to(tl.float32)
+        m = tl.zeros([BLOCK_M], tl.float32) + sink
+        l = tl.zeros([BLOCK_M], tl.float32) + 1.0
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)    # running P V
     end = n_k
     if CAUSAL:      # the last query of the tile sees keys up to its own
@@ -286,17 +302,24 @@ class _FlashAttention(torch.autograd.Function):
     row log-sum-exp (no ``(n_q, n_k)`` tensor)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, block_m, block_n):
-        out, lse = _forward(q, k, v, causal, scale, block_m, block_n)
-        ctx.save_for_backward(q, k, v, out, lse)
+    def forward(ctx, q, k, v, causal, scale, block_m, block_n, sinks=None):
+        out, lse = _forward(q, k, v, causal, scale, block_m, block_n, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.config = (causal, scale, block_m, block_n)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        # (lse includes the sink's term: the kernels' weights exp(S - L) are right as is)
         dq, dk, dv = _backward(q, k, v, out, lse, d_out, *ctx.config)
-        return dq, dk, dv, None, None, None, None
+        d_sinks = None
+        if sinks is not None and ctx.needs_input_grad[7]:
+            # the sink is a key of value 0: dS_sink = -exp(s - L) D, D = rowsum(dO * O)
+            delta = (d_out.float() * out.float()).sum(-1)
+            weight = torch.exp(sinks.float()[:, None] - lse)          # (b, h, n_q)
+            d_sinks = (-(weight * delta)).sum((0, 2)).to(sinks.dtype)
+        return dq, dk, dv, None, None, None, None, d_sinks
 
 
 def _launch_config(q, k, v, causal, block_m, block_n):
@@ -309,13 +332,15 @@ def _launch_config(q, k, v, causal, block_m, block_n):
     return kernels(), (b * h, n_q, n_k, d_k, d_v), consts
 
 
-def _forward(q, k, v, causal, scale, block_m, block_n):
+def _forward(q, k, v, causal, scale, block_m, block_n, sinks=None):
     run, (bh, n_q, n_k, d_k, d_v), consts = _launch_config(q, k, v, causal, block_m, block_n)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty(q.shape[:3] + (d_v,), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n_q, block_m), bh)
-    run["forward"][grid](q, k, v, out, lse, n_q, n_k, d_k, d_v, scale, **consts)
+    extra = {} if sinks is None else dict(SINKS=sinks.float().contiguous(),
+                                          n_heads=q.shape[1], HAS_SINKS=True)
+    run["forward"][grid](q, k, v, out, lse, n_q, n_k, d_k, d_v, scale, **consts, **extra)
     return out, lse
 
 
@@ -335,7 +360,7 @@ def _backward(q, k, v, out, lse, d_out, causal, scale, block_m, block_n):
 
 def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any = None,
                     return_lse: bool = False, block_m: int | None = None,
-                    block_n: int | None = None) -> Any:
+                    block_n: int | None = None, sinks: Any = None) -> Any:
     """Scaled dot-product attention by the Triton kernels, differentiable.
 
     The same result as :func:`~attncore.scaled_dot_product_attention` (up to rounding),
@@ -360,13 +385,17 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
     block_m, block_n : int, optional
         Query rows and keys per tile, powers of two from 16 on; by default
         :func:`default_block_sizes`.
+    sinks : torch.Tensor, shape ``(heads,)`` or ``()``, optional
+        Attention sinks, one logit per head (gpt-oss), as in
+        :func:`~attncore.scaled_dot_product_attention`: same dtype and device as ``q``,
+        finite; differentiable.
 
     Returns
     -------
     out : torch.Tensor, shape ``(batch, heads, n_q, d_v)``, dtype of ``q``
     lse : torch.Tensor, shape ``(batch, heads, n_q)``, float32
         Only with ``return_lse``: ``log sum_j exp(scale * q_i . k_j)`` over the admissible
-        keys (not differentiated).
+        keys, plus ``exp(s_h)`` with ``sinks`` (not differentiated).
 
     Raises
     ------
@@ -416,6 +445,9 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
             f"q: a tensor on {q.device.type} needs Triton's interpreter, which is off: set "
             f"the environment variable TRITON_INTERPRET=1 before triton is imported (or "
             f"import attncore.triton first, which does it where no GPU is present)")
+    if sinks is not None:
+        # one logit per head, as a vector of the heads (a 0-d logit serves them all)
+        sinks = check_sinks(sinks, q, shape.batch).reshape(-1).expand(shape.batch[-1])
     guard = attention_guard(q, k, v, shape)
     if guard.vmapped or guard.transformed:
         raise TypeError("flash_attention: torch.func transforms and forward-mode AD are "
@@ -426,10 +458,10 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
         # (exact), and multiply the output back
         factor = guard.v_factor.to(v.dtype)
         out, lse = _FlashAttention.apply(q, k, v / factor, shape.causal, shape.scale,
-                                         block_m, block_n)
+                                         block_m, block_n, sinks)
         out = out * factor
     else:
         out, lse = _FlashAttention.apply(q, k, v, shape.causal, shape.scale,
-                                         block_m, block_n)
+                                         block_m, block_n, sinks)
     return (out, lse.detach()) if return_lse else out
 

@@ -81,8 +81,6 @@ OLD_SOLUTION_OPEN = "% <details><summary>Solution</summary>"
 OLD_SOLUTION_CLOSE = "% </details>"
 ROLE = re.compile(r"\{(?P<role>[a-z][\w:-]*)\}`(?P<body>[^`]*)`")
 REFERENCE_ROLES = ("prf:ref", "ref", "numref")
-# Directive kinds whose references read "Kind "Title"" (sphinx-proof's boxes).
-PROOF_PREFIX = "prf:"
 # Admonitions written as ``:::{tip} Title`` rather than ``:::{admonition} Title`` with
 # ``:class: tip`` (the same box in jupyterlab-myst, one line less of markup without MyST).
 ADMONITION_KINDS = ("attention", "caution", "danger", "error", "hint", "important", "note",
@@ -436,10 +434,9 @@ def cell_problems(source: str, labels: set[str]) -> list[str]:
             if "label" in keys:
                 found.append(f"{where}: a :label: option (write <!-- label: NAME --> on the line "
                              "after the directive's opening line)")
-            elif (name == "exercise" or name.startswith(PROOF_PREFIX) and name != "prf:proof") \
-                    and not LABEL_COMMENT.match(nxt):
-                found.append(f"{where}: {{{name}}} without <!-- label: NAME --> on the line "
-                             "after its opening line")
+            elif name == "exercise" and not LABEL_COMMENT.match(nxt):
+                found.append(f"{where}: an exercise without <!-- label: ex-... --> on the line "
+                             "after its opening line (its check cell and solution name it)")
             if name == "solution":
                 found.append(f"{where}: a {{solution}} directive (write the solution as a "
                              f"dropdown opening with {solution_open(m.group('arg'))!r})")

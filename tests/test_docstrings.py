@@ -13,7 +13,8 @@ MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attnco
            "attncore.kvcache", "attncore.masks", "attncore.matmul_views", "attncore.multihead",
            "attncore.softmax", "attncore.online_softmax", "attncore.testing", "attncore.tiled",
            "attncore.paged", "attncore.quantized_cache", "attncore.mla",
-           "attncore.speculative"]
+           "attncore.speculative", "attncore.window_cache", "attncore.delta_rule",
+           "attncore.sparse_attention"]
 
 
 @pytest.mark.parametrize("name", MODULES)

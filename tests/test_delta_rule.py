@@ -1,0 +1,182 @@
+"""The gated delta rule: the chunked (UT-transform) form equals the recurrence; a step is
+one gradient step on |S k - v|^2 / 2; without the erase term and with unit gates it is
+linear attention's recurrence; states chain; gradients; bad input is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attncore as ac
+from attncore.linear_attention import FEATURE_MAPS
+
+from conftest import to_backend, to_numpy
+
+torch = pytest.importorskip("torch")
+
+
+def data(batch=(2, 3), n=10, d_k=4, d_v=3, seed=0, g_low=0.3):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal(batch + (n, d_k))
+    k = rng.standard_normal(batch + (n, d_k))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)        # as the models do
+    v = rng.standard_normal(batch + (n, d_v))
+    g = rng.uniform(g_low, 1.0, batch + (n,))
+    beta = rng.uniform(0.0, 1.0, batch + (n,))
+    return q, k, v, g, beta
+
+
+def by_definition(q, k, v, g, beta):
+    """S_t = g_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, o_t = S_t q_t, with
+    the identity matrix written out."""
+    out = np.zeros(q.shape[:-1] + (v.shape[-1],))
+    for idx in np.ndindex(q.shape[:-2]):
+        s = np.zeros((v.shape[-1], q.shape[-1]))
+        for t in range(q.shape[-2]):
+            kt = k[idx][t]
+            s = g[idx][t] * s @ (np.eye(len(kt)) - beta[idx][t] * np.outer(kt, kt)) + \
+                beta[idx][t] * np.outer(v[idx][t], kt)
+            out[idx][t] = s @ q[idx][t]
+    return out
+
+
+def test_the_recurrence_is_the_definition(backend, dtype):
+    q, k, v, g, beta = data()
+    want = by_definition(q, k, v, g, beta)
+    args = [to_backend(x.astype(dtype), backend) for x in (q, k, v, g, beta)]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for chunk in (None, 1, 3, 4, 10, 16):
+        got = ac.gated_delta_rule(*args, chunk_size=chunk)
+        assert got.dtype == args[0].dtype
+        assert np.abs(to_numpy(got) - want).max() < tol
+
+
+@settings(max_examples=40)
+@given(n=st.integers(0, 17), chunk=st.integers(1, 8), d_k=st.integers(1, 5),
+       d_v=st.integers(1, 4), seed=st.integers(0, 2**16), erase=st.booleans(),
+       extremes=st.booleans())
+def test_chunked_equals_recurrent(n, chunk, d_k, d_v, seed, erase, extremes):
+    q, k, v, g, beta = data((2,), n, d_k, d_v, seed, g_low=1e-3)
+    if extremes:                       # gates at the ends of their ranges
+        rng = np.random.default_rng(seed)
+        g = rng.choice([1e-30, 1.0, 0.5], g.shape)
+        beta = rng.choice([0.0, 1.0], beta.shape)
+    s0 = np.random.default_rng(seed + 1).standard_normal((2, d_v, d_k))
+    rec, s_rec = ac.gated_delta_rule(q, k, v, g, beta, initial_state=s0, erase=erase,
+                                     return_state=True)
+    chk, s_chk = ac.gated_delta_rule(q, k, v, g, beta, initial_state=s0, erase=erase,
+                                     chunk_size=chunk, return_state=True)
+    assert rec.shape == (2, n, d_v) and s_rec.shape == (2, d_v, d_k)
+    assert np.abs(rec - chk).max(initial=0) < 1e-10
+    assert np.abs(s_rec - s_chk).max() < 1e-10
+
+
+def test_steps_and_chained_calls_give_the_whole():
+    q, k, v, g, beta = data()
+    whole, final = ac.gated_delta_rule(q, k, v, g, beta, return_state=True)
+    state = None
+    for t in range(q.shape[-2]):
+        o, state = ac.gated_delta_rule_step(state, q[..., t, :], k[..., t, :], v[..., t, :],
+                                            g[..., t], beta[..., t])
+        assert np.abs(o - whole[..., t, :]).max() < 1e-12
+    assert np.abs(state - final).max() < 1e-12
+    first, s = ac.gated_delta_rule(q[..., :4, :], k[..., :4, :], v[..., :4, :],
+                                   g[..., :4], beta[..., :4], return_state=True)
+    rest = ac.gated_delta_rule(q[..., 4:, :], k[..., 4:, :], v[..., 4:, :], g[..., 4:],
+                               beta[..., 4:], initial_state=s, chunk_size=3)
+    assert np.abs(np.concatenate([first, rest], -2) - whole).max() < 1e-12
+
+
+def test_a_delta_step_is_a_gradient_step_on_the_regression_loss():
+    rng = np.random.default_rng(5)
+    s = torch.from_numpy(rng.standard_normal((3, 4))).requires_grad_()
+    k, q = (torch.from_numpy(rng.standard_normal(4)) for _ in range(2))
+    v = torch.from_numpy(rng.standard_normal(3))
+    loss = 0.5 * ((s @ k - v) ** 2).sum()
+    (grad,) = torch.autograd.grad(loss, [s])
+    _, new = ac.gated_delta_rule_step(s.detach(), q, k, v, 1.0, 0.4)
+    assert (new - (s.detach() - 0.4 * grad)).abs().max() < 1e-12
+    # with a unit key and beta = 1 the memory then returns v for k exactly
+    k1 = k / k.norm()
+    _, new = ac.gated_delta_rule_step(s.detach(), q, k1, v, 1.0, 1.0)
+    assert (new @ k1 - v).abs().max() < 1e-12
+
+
+def test_without_erasing_and_gates_it_is_causal_linear_attention():
+    rng = np.random.default_rng(6)
+    q, k = rng.standard_normal((2, 2, 3, 9, 4))
+    v = rng.standard_normal((2, 3, 9, 5))
+    phi = FEATURE_MAPS["elu"]
+    fq, fk = phi(q), phi(k)
+    num = ac.gated_delta_rule(fq, fk, v, 1.0, 1.0, erase=False, chunk_size=4)
+    den = ac.gated_delta_rule(fq, fk, np.ones(v.shape[:-1] + (1,)), 1.0, 1.0, erase=False)
+    want = ac.linear_attention(q, k, v, feature_map="elu", causal=True, eps=1e-6)
+    assert np.abs(num / (den + 1e-6) - want).max() < 1e-12
+
+
+def test_torch_gradients():
+    leaves = [torch.from_numpy(x).requires_grad_() for x in data((1, 2), 5, 3, 2)]
+    leaves.append(torch.randn(1, 2, 2, 3, dtype=torch.float64, requires_grad=True))
+
+    def f(chunk):
+        return lambda q, k, v, g, b, s: ac.gated_delta_rule(
+            q, k, v, g, b, initial_state=s, chunk_size=chunk, return_state=True)
+
+    assert torch.autograd.gradcheck(f(2), leaves, fast_mode=True)
+    grads = []
+    for chunk in (None, 2):
+        out, state = f(chunk)(*leaves)
+        grads.append(torch.autograd.grad(out.sum() + state.sum(), leaves))
+    for a, b in zip(*grads):
+        assert (a - b).abs().max() < 1e-12
+
+
+def test_half_precision_is_computed_in_float32():
+    q, k, v, g, beta = data()
+    want = ac.gated_delta_rule(q, k, v, g, beta)
+    got = ac.gated_delta_rule(*(torch.from_numpy(x).to(torch.bfloat16)
+                                for x in (q, k, v, g, beta)), chunk_size=4)
+    assert got.dtype == torch.bfloat16
+    assert np.abs(got.double().numpy() - want).max() < 0.1
+
+
+@pytest.mark.parametrize("change, exc, words", [
+    ({"beta": 1.5}, ValueError, "beta: expected values in [0, 1], got 1.5"),
+    ({"beta": -0.1}, ValueError, "beta: expected values in [0, 1]"),
+    ({"g": 0.0}, ValueError, "g: expected values in (0, 1], got 0.0"),
+    ({"g": np.full((2, 3, 10), 1.01)}, ValueError, "g: expected values in (0, 1], got 1.01"),
+    ({"g": np.full((2, 3, 10), np.nan)}, ValueError, "g: expected values in (0, 1], got nan"),
+    ({"beta": np.full((2, 3, 10), 0.5, np.float32)}, TypeError, "beta: expected the dtype"),
+    ({"beta": np.full((2, 3), 0.5)}, ValueError, "beta: expected shape (2, 3, 10)"),
+    ({"g": True}, TypeError, "g: expected a real number or an array"),
+    ({"chunk_size": 0}, ValueError, "chunk_size: expected a positive integer"),
+    ({"chunk_size": 2.0}, TypeError, "chunk_size"),
+    ({"initial_state": np.zeros((2, 3, 4, 3))}, ValueError,
+     "initial_state: expected shape (..., d_v, d_k) = (2, 3, 3, 4)"),
+    ({"k": np.zeros((2, 3, 9, 4)), "v": np.zeros((2, 3, 9, 3))}, ValueError,
+     "same length n"),
+    ({"v": np.zeros((2, 3, 10, 3), np.float32)}, TypeError, "one floating dtype"),
+    ({"q": np.full((2, 3, 10, 4), np.inf)}, ValueError, "q: expected finite values"),
+    ({"erase": 1}, TypeError, "erase: expected True or False"),
+])
+def test_bad_input_is_named(change, exc, words):
+    q, k, v, g, beta = data()
+    args = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+    kwargs = {}
+    for name, value in change.items():
+        (args if name in args else kwargs)[name] = value
+    with pytest.raises(exc) as info:
+        ac.gated_delta_rule(**args, **kwargs)
+    assert words in str(info.value)
+    with pytest.raises(ValueError, match="beta_t: expected values in"):
+        ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :], v[..., 0, :], 1.0, 2.0)
+    with pytest.raises(ValueError, match="state: expected shape"):
+        ac.gated_delta_rule_step(np.zeros((3, 3)), q[..., 0, :], k[..., 0, :],
+                                 v[..., 0, :], 1.0, 1.0)
+    with pytest.raises(ValueError, match="q_t, k_t, v_t: expected shapes"):
+        ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :2], v[..., 0, :], 1.0, 1.0)
+    with pytest.raises(TypeError, match="v_t: expected a floating dtype"):
+        ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :], v[..., 0, :] > 0, 1.0,
+                                 1.0)
