@@ -38,8 +38,8 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
   post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention),
   :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
-* ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits` and :func:`generate`: a
-  decoder-only model built from the blocks (learned positions or RoPE, tied or untied
+* ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits`, :func:`lm_decode`
+  (logits through a KV cache per block) and :func:`generate`: a decoder-only model built from the blocks (learned positions or RoPE, tied or untied
   head), sampled through the KV cache
 * ``paged.py``         -- :class:`BlockPool` and :class:`PagedKVCache`: the cache in
   fixed-size blocks with a block table per sequence (vLLM's paged attention)
@@ -48,7 +48,8 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``mla.py``           -- multi-head latent attention (DeepSeek-V2): :func:`init_mla`,
   :func:`mla`, :func:`absorbed_weights`, :func:`mla_decode`
 * ``speculative.py``   -- :func:`speculative_accept`, the rejection rule of speculative
-  sampling
+  sampling; :func:`speculative_decode` with a language model as the target and a draft
+  such as :func:`context_ngram_draft` (the n-grams of the context)
 * ``matmul_views.py``  -- the entry, column, row and outer-product views of ``A @ B``
 * ``linear_attention.py`` -- :func:`linear_attention` and :func:`linear_attention_step`:
   a kernel ``phi(q) . phi(k)`` in place of the softmax, computed in time linear in the
@@ -124,7 +125,8 @@ from .window_cache import SlidingWindowKVCache
 from .paged import BlockPool, PagedKVCache
 from .quantized_cache import Int8KVCache
 from .mla import MLAParams, absorbed_weights, init_mla, mla, mla_decode
-from .speculative import speculative_accept
+from .speculative import SpeculativeResult, context_ngram_draft, speculative_accept, \
+    speculative_decode
 
 # the whole transformer: dropout, the layers, the block, a small language model (after
 # kvcache)
@@ -139,7 +141,7 @@ from .transformer import (
     init_transformer_block,
     transformer_block,
 )
-from .language_model import LanguageModel, generate, init_language_model, lm_logits
+from .language_model import LanguageModel, generate, init_language_model, lm_decode, lm_logits
 
 # linear attention: a kernel in place of the softmax, computed in time linear in n
 from .linear_attention import (
@@ -212,6 +214,7 @@ __all__ = [
     "LanguageModel",
     "generate",
     "init_language_model",
+    "lm_decode",
     "lm_logits",
     "LinearAttentionState",
     "RandomFeatures",
@@ -226,6 +229,9 @@ __all__ = [
     "mla",
     "mla_decode",
     "speculative_accept",
+    "speculative_decode",
+    "SpeculativeResult",
+    "context_ngram_draft",
     "add_sink_to_state",
     "document_mask",
     "prefix_lm_mask",

@@ -37,7 +37,7 @@ import numpy as np
 from ._backend import NUMPY, backend_of, check_flag, check_floating, check_real, check_size, \
     shape_of
 from .dropout import check_dropout
-from .kvcache import KVCache
+from .kvcache import BaseKVCache, KVCache, _check_cache
 from .layers import _layer_norm, _rms_norm
 from .multihead import _numpy_float_dtype
 from .transformer import (
@@ -47,7 +47,7 @@ from .transformer import (
     transformer_block,
 )
 
-__all__ = ["LanguageModel", "generate", "init_language_model", "lm_logits"]
+__all__ = ["LanguageModel", "generate", "init_language_model", "lm_decode", "lm_logits"]
 
 
 @dataclass
@@ -310,6 +310,81 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
         h = apply_dropout(h, drop)
     for block in model.blocks:
         h = transformer_block(block, h, causal=True, dropout_p=dropout_p, generator=generator)
+    return _head(model, h)
+
+
+def lm_decode(model: LanguageModel, ids: Any, caches: Any) -> Any:
+    """Next-token logits of new tokens, read through one KV cache per block.
+
+    The tokens ``ids`` stand at positions ``len(caches[0]), ...``: their keys and values
+    are appended to the caches and each attends to every position held so far, up to its
+    own (:func:`~attncore.transformer.block_decode_step` in each block). Equal, up to
+    rounding, to the last ``n`` rows of :func:`lm_logits` on every token so far (with a
+    :class:`~attncore.KVCache`; an :class:`~attncore.Int8KVCache` gives the logits of its
+    rounded keys and values). What :func:`generate` does one token at a time, for any
+    number of tokens at once: a prompt, or the tokens of a speculative proposal to
+    verify (then :meth:`~attncore.KVCache.truncate` forgets those rejected).
+
+    Parameters
+    ----------
+    model : LanguageModel
+    ids : integer array or tensor, shape ``(..., n)``, ``n >= 1``
+        In ``[0, vocab_size)``; ``len(caches[0]) + n <= max_len``.
+    caches : list of BaseKVCache, one per block, all of the same length
+        Block ``l``'s made for its attention layer, e.g. ``[KVCache.for_layer(b.attn,
+        capacity, ids.shape[:-1]) for b in model.blocks]`` (or
+        ``Int8KVCache.for_layer``), in the model's library, dtype and device.
+
+    Returns
+    -------
+    array or tensor, shape ``(..., n, vocab_size)``, the model's dtype
+        Row ``t`` scores the token that follows ``ids[..., t]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A model that is not a :class:`LanguageModel`; bad ids (as :func:`lm_logits`); not
+        one cache per block, caches of different lengths, a cache of the wrong layout,
+        library or dtype or without room for ``n`` positions; more than ``max_len``
+        positions in all. On any error every cache is left as it was.
+    """
+    ids = _check_ids(model, ids, "ids")
+    if ids.ndim < 1 or ids.shape[-1] < 1:
+        raise ValueError(f"ids: expected shape (..., n) with n >= 1, got "
+                         f"{tuple(ids.shape)}")
+    if not isinstance(caches, (list, tuple)) or len(caches) != len(model.blocks):
+        got = f"{len(caches)} caches" if isinstance(caches, (list, tuple)) else \
+            type(caches).__name__
+        raise ValueError(f"caches: expected a list of {len(model.blocks)} caches, one per "
+                         f"block, got {got}")
+    for i, cache in enumerate(caches):
+        if not isinstance(cache, BaseKVCache):
+            raise TypeError(f"caches: expected KV caches (KVCache.for_layer(block.attn, "
+                            f"capacity, batch_shape)), got {type(cache).__name__} at "
+                            f"index {i}")
+    lengths = {len(c) for c in caches}
+    if len(lengths) != 1:
+        raise ValueError(f"caches: expected every block's cache to hold the same number of "
+                         f"positions, got lengths {[len(c) for c in caches]}")
+    start, n = lengths.pop(), int(ids.shape[-1])
+    if start + n > model.max_len:
+        raise ValueError(f"ids: expected at most max_len={model.max_len} positions with the "
+                         f"{start} the caches hold, got {start} + {n}")
+    h = _embed(model, ids, start)
+    for i, (block, cache) in enumerate(zip(model.blocks, caches)):
+        try:
+            _check_cache(cache, block.attn, h, block.rope_base)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"caches[{i}]: {e}") from None
+    checkpoints = [c._checkpoint() for c in caches]
+    try:
+        for block, cache in zip(model.blocks, caches):
+            h = _decode_block(block, h, cache)
+    except Exception:
+        for cache, checkpoint in zip(caches, checkpoints):
+            if len(cache) != start:
+                cache._rollback(checkpoint)
+        raise
     return _head(model, h)
 
 

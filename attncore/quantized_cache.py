@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from ._backend import NUMPY, check_size
-from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
+from .kvcache import BaseKVCache, check_batch_shape, check_cache_layout, check_truncate, \
+    numbers_of
+from .multihead import MultiHeadParams
 
 __all__ = ["Int8KVCache"]
 
@@ -157,6 +159,22 @@ class Int8KVCache(BaseKVCache):
             self._step = float(torch.finfo(tdtype).tiny) * self._eps   # smallest subnormal
         self.length = 0
         self.rope_base = None
+
+    @classmethod
+    def for_layer(cls, params: Any, capacity: int, batch_shape: tuple[int, ...] = (), *,
+                  key_scale: str = "token", group_size: int = 32) -> "Int8KVCache":
+        """An empty int8 cache for the self-attention layer ``params``, as
+        :meth:`attncore.KVCache.for_layer` makes a full-precision one: ``batch_shape +
+        (params.n_kv_heads,)`` rows of width ``params.d_head``, the scales in the
+        parameters' dtype, on their library and device; ``key_scale`` and ``group_size``
+        as in the class."""
+        if not isinstance(params, MultiHeadParams):
+            raise TypeError(f"params: expected a MultiHeadParams, got {type(params).__name__}")
+        check_batch_shape(batch_shape)
+        device = None if params.backend == NUMPY else params.w_q.device
+        return cls(capacity, tuple(batch_shape) + (params.n_kv_heads,), params.d_head,
+                   key_scale=key_scale, group_size=group_size, dtype=params.w_q.dtype,
+                   backend=params.backend, device=device)
 
     # --- layout --------------------------------------------------------------------------
 

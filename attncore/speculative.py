@@ -14,18 +14,30 @@ distributed exactly as the target would have sampled it alone:
 * if all ``gamma`` are accepted, a bonus token is drawn from ``p_gamma``.
 
 Each round therefore emits between 1 and ``gamma + 1`` tokens for one call of the target.
+
+:func:`speculative_decode` runs the rounds with a :class:`~attncore.LanguageModel` as the
+target, verifying each proposal in one pass through its KV caches
+(:func:`~attncore.lm_decode`) and forgetting the rejected positions
+(:meth:`~attncore.KVCache.truncate`); the draft is any function that proposes tokens,
+such as :func:`context_ngram_draft`, which copies what followed the last n-gram of the
+context where it occurred before ("prompt lookup").
 """
 
 from __future__ import annotations
 
+import numbers
 import sys
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_floating, dtype_name, shape_of
+from ._backend import NUMPY, backend_of, check_floating, check_real, check_size, \
+    dtype_name, shape_of
+from .kvcache import KVCache
+from .language_model import LanguageModel, _check_ids, lm_decode
 
-__all__ = ["row_sum_tolerance", "speculative_accept"]
+__all__ = ["SpeculativeResult", "context_ngram_draft", "row_sum_tolerance",
+           "speculative_accept", "speculative_decode"]
 
 
 def _as_float64(name: str, x: Any) -> np.ndarray:
@@ -230,3 +242,229 @@ def speculative_accept(p_target: Any, p_draft: Any, draft_tokens: Any, *,
     import torch
 
     return torch.as_tensor(out, device=p_target.device)
+
+
+# --- decoding a language model speculatively -----------------------------------------------
+
+def _token_array(name: str, tokens: Any) -> np.ndarray:
+    """``tokens`` as a 1-D int64 NumPy array (from a list, an array or a tensor)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tokens, torch.Tensor):
+        tokens = tokens.detach().cpu().numpy()
+    arr = np.asarray(tokens)
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise ValueError(f"{name}: expected integer tokens of shape (n,), got dtype "
+                         f"{arr.dtype} and shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def context_ngram_draft(tokens: Any, gamma: int, *, max_n: int = 3) -> np.ndarray:
+    """A draft that copies the context: the tokens that followed the last n-gram before.
+
+    For ``n = max_n, ..., 1``: if the last ``n`` tokens of ``tokens`` occurred earlier (an
+    occurrence followed by at least one token), propose the up to ``gamma`` tokens that
+    followed their latest earlier occurrence; the longest such ``n`` wins. Text that
+    repeats its context (a quotation, an edit of a given text, code that reuses names)
+    is proposed correctly at no cost: no model runs. ("Prompt lookup decoding", an
+    n-gram model of the context whose next tokens are certain.)
+
+    Parameters
+    ----------
+    tokens : integers, shape ``(t,)``
+    gamma : int, ``>= 0``
+        The most tokens to propose.
+    max_n : int, ``>= 1``, default 3
+        The longest n-gram to look up.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape ``(m,)``, ``0 <= m <= gamma``
+        The proposal (empty where no n-gram of the end occurred before).
+
+    Raises
+    ------
+    ValueError
+        Tokens that are not a 1-D integer array; ``gamma`` or ``max_n`` out of range.
+
+    Examples
+    --------
+    >>> import attncore as ac
+    >>> ac.context_ngram_draft([5, 6, 7, 8, 9, 5, 6], 2)
+    array([7, 8])
+    """
+    tokens = _token_array("tokens", tokens)
+    gamma = check_size("gamma", gamma, minimum=0)
+    max_n = check_size("max_n", max_n)
+    t = len(tokens)
+    for n in range(min(max_n, t - 1), 0, -1):
+        # windows tokens[j : j + n] with j + n <= t - 1: each is followed by a token
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
+        found = np.flatnonzero((windows == tokens[t - n:]).all(axis=1))
+        if found.size:
+            start = int(found[-1]) + n
+            return tokens[start:start + gamma].copy()
+    return np.zeros(0, dtype=np.int64)
+
+
+class SpeculativeResult(NamedTuple):
+    """What :func:`speculative_decode` produced.
+
+    Attributes
+    ----------
+    tokens : numpy.ndarray of int64, shape ``(n0 + new,)``
+        The prompt followed by the new tokens.
+    target_calls : int
+        Passes of the target model (one per round; the first also reads the prompt).
+    proposed, accepted : list of int
+        Per round, the tokens the draft proposed and how many of them were kept.
+    """
+
+    tokens: np.ndarray
+    target_calls: int
+    proposed: list[int]
+    accepted: list[int]
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens over proposed ones (NaN if none was proposed)."""
+        total = sum(self.proposed)
+        return sum(self.accepted) / total if total else float("nan")
+
+    @property
+    def tokens_per_call(self) -> float:
+        """New tokens per pass of the target (1 without speculation)."""
+        new = sum(self.accepted) + len(self.accepted)
+        return new / self.target_calls if self.target_calls else float("nan")
+
+
+def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
+                       draft: Callable[[np.ndarray, int], Any], gamma: int = 4,
+                       temperature: float = 0.0, generator: Any = None,
+                       eos_id: int | None = None) -> SpeculativeResult:
+    """Continue a prompt by up to ``n_new`` tokens, drafted and verified by the target.
+
+    Each round, ``draft(tokens, k)`` proposes up to ``k = min(gamma, tokens still to
+    come - 1)`` tokens after ``tokens`` (the context so far); the target scores the
+    proposal in **one** pass, :func:`~attncore.lm_decode` through one
+    :class:`~attncore.KVCache` per block, which gives its next-token distribution at
+    each of the ``m + 1`` positions; :func:`speculative_accept` keeps a prefix of the
+    proposal and adds one token of the target's; the caches forget the rejected
+    positions (:meth:`~attncore.KVCache.truncate`). A round emits between 1 and ``m + 1``
+    tokens for one pass of the target.
+
+    The draft is deterministic (its distribution puts all its mass on the token it
+    proposes), so a token is accepted with the target's probability of it, and:
+
+    * at ``temperature=0`` (greedy) a proposed token is kept exactly when it is the
+      target's arg-max, and the output is the target's greedy continuation
+      (:func:`~attncore.generate` with ``temperature=0``), up to the rounding by which a
+      pass over several tokens differs from passes over one;
+    * above 0, each token has the law of the target's own sampling at that temperature
+      (Leviathan et al., 2023).
+
+    Parameters
+    ----------
+    model : LanguageModel
+        The target, NumPy or torch (no gradients are recorded).
+    prompt_ids : integers, shape ``(n0,)``, ``n0 >= 1``
+        One sequence, in ``[0, vocab_size)``.
+    n_new : int, ``>= 0``; ``n0 + n_new <= max_len``
+    draft : callable ``(tokens, k) -> integers (m,)``, ``0 <= m <= k``
+        ``tokens`` the int64 context ``(t,)`` (a copy); e.g. :func:`context_ngram_draft`.
+    gamma : int, ``>= 0``, default 4
+        The most tokens a round proposes (0: plain decoding, one token per pass).
+    temperature : real number ``>= 0``, default 0.0
+    generator : numpy.random.Generator or torch.Generator, optional
+        The source of :func:`speculative_accept`'s draws (the distributions are handed to
+        it in this generator's library); None: a NumPy generator, seeded with 0 at
+        ``temperature=0``, where the draws decide nothing.
+    eos_id : int, optional
+        Stop after this token has been emitted (keeping it).
+
+    Returns
+    -------
+    SpeculativeResult
+        The tokens, the target's passes, and the proposed and accepted tokens per round.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A model that is not a :class:`~attncore.LanguageModel`; a prompt that is not one
+        sequence of ids in range; ``n_new``, ``gamma``, ``temperature`` or ``eos_id`` out of
+        range; more than ``max_len`` positions; a draft that is not callable or proposes
+        more than ``k`` tokens, or tokens outside the vocabulary; a generator of another
+        kind.
+    """
+    ids = _check_ids(model, prompt_ids, "prompt_ids")
+    torch = sys.modules.get("torch")
+    prompt = ids.cpu().numpy() if model.backend != NUMPY else ids
+    if prompt.ndim != 1 or prompt.shape[0] < 1:
+        raise ValueError(f"prompt_ids: expected one sequence, shape (n0,) with n0 >= 1, got "
+                         f"shape {prompt.shape}")
+    n_new = check_size("n_new", n_new, minimum=0)
+    gamma = check_size("gamma", gamma, minimum=0)
+    temperature = check_real("temperature", temperature, minimum=0)
+    n0, vocab = int(prompt.shape[0]), model.vocab_size
+    if n0 + n_new > model.max_len:
+        raise ValueError(f"n_new: expected n0 + n_new <= max_len={model.max_len}, got {n0} + "
+                         f"{n_new}")
+    if not callable(draft):
+        raise TypeError(f"draft: expected a function (tokens, k) -> proposed tokens, such as "
+                        f"attncore.context_ngram_draft, got {type(draft).__name__}")
+    if eos_id is not None and (isinstance(eos_id, bool) or
+                               not isinstance(eos_id, numbers.Integral) or
+                               not 0 <= eos_id < vocab):
+        raise ValueError(f"eos_id: expected None or a token in [0, {vocab}), got {eos_id!r}")
+    if generator is None:
+        generator = np.random.default_rng(0 if temperature == 0.0 else None)
+    as_torch = not isinstance(generator, np.random.Generator)
+    if as_torch and (torch is None or not isinstance(generator, torch.Generator)):
+        raise TypeError(f"generator: expected a numpy.random.Generator or a torch.Generator, "
+                        f"got {type(generator).__name__}")
+
+    caches = [KVCache.for_layer(b.attn, n0 + n_new) for b in model.blocks]
+    tokens = prompt.astype(np.int64)
+    calls, proposed, accepted = 0, [], []
+    grad = torch.no_grad() if model.backend != NUMPY else None
+    while len(tokens) < n0 + n_new:
+        k = min(gamma, n0 + n_new - len(tokens) - 1)
+        proposal = _token_array("draft", draft(tokens.copy(), k))
+        if len(proposal) > k:
+            raise ValueError(f"draft: expected at most k={k} proposed tokens, got "
+                             f"{len(proposal)}")
+        if proposal.size and (proposal.min() < 0 or proposal.max() >= vocab):
+            raise ValueError(f"draft: expected tokens in [0, {vocab}), got "
+                             f"[{proposal.min()}, {proposal.max()}]")
+        m = len(proposal)
+        feed = np.concatenate([tokens[len(caches[0]):], proposal])
+        if grad is not None:
+            with grad:
+                logits = lm_decode(model, feed, caches)[-(m + 1):]
+            logits = logits.detach().cpu().double().numpy()
+        else:
+            logits = np.asarray(lm_decode(model, feed, caches)[-(m + 1):], dtype=np.float64)
+        calls += 1
+        if temperature == 0.0:
+            p = np.zeros_like(logits)
+            p[np.arange(m + 1), logits.argmax(axis=-1)] = 1.0
+        else:
+            z = (logits - logits.max(axis=-1, keepdims=True)) / temperature
+            p = np.exp(z)
+            p /= p.sum(axis=-1, keepdims=True)
+        q = np.zeros((m, vocab))
+        q[np.arange(m), proposal] = 1.0
+        if as_torch:
+            p, q, proposal_in = (torch.from_numpy(a) for a in (p, q, proposal))
+        else:
+            proposal_in = proposal
+        emitted = np.asarray(speculative_accept(p, q, proposal_in, generator=generator))
+        kept = len(emitted) - 1
+        proposed.append(m)
+        accepted.append(kept)
+        for cache in caches:               # the context and the kept proposal, not the rest
+            cache.truncate(len(tokens) + kept)
+        tokens = np.concatenate([tokens, emitted.astype(np.int64)])
+        if eos_id is not None and (emitted == eos_id).any():
+            tokens = tokens[:len(tokens) - len(emitted) + int(np.argmax(emitted == eos_id)) + 1]
+            break
+    return SpeculativeResult(tokens, calls, proposed, accepted)
