@@ -35,8 +35,9 @@ def forgetting(writes) -> Verdict:
     factor = 1 - 1 / FORGET_D
     want = math.log(FORGET_FRACTION) / math.log(factor)
     if abs(writes - want) <= 0.01:
-        return Verdict(True, "the delta rule keeps about the last d / ln 2 ... d pairs "
-                             "of a d-dimensional memory in view.")
+        return Verdict(True, "a pair's reading halves in about d ln 2 writes: the delta "
+                             "rule keeps a window of recent pairs about as wide as "
+                             "the memory.")
     if abs(writes - FORGET_D * math.log(2)) <= 0.01:
         return Verdict(False, "that is the large-d approximation; compute it for this d.")
     if abs(writes - round(want)) < 1e-9 or abs(writes - math.ceil(want)) < 1e-9:
