@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_flag, check_size, shape_of
+from ._backend import NUMPY, backend_of, check_flag, check_real, check_size, shape_of
 from .dropout import check_dropout
 from .kvcache import KVCache
 from .multihead import _numpy_float_dtype
@@ -288,9 +288,7 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     ids = _check_ids(model, prompt_ids, "prompt_ids")
     n_new = check_size("n_new", n_new, minimum=0)
     use_cache = check_flag("use_cache", use_cache)
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float)) \
-            or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    temperature = check_real("temperature", temperature, minimum=0)
     if top_k is not None:
         top_k = check_size("top_k", top_k)
     check_dropout(0.0, generator, model.backend)       # the generator's library

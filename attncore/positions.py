@@ -74,10 +74,10 @@ def _check_count(name: str, value: Any, *, even: bool = False) -> int:
     return value
 
 
-def _check_base(base: Any) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) \
+def _check_base(base: Any, name: str = "base") -> float:
+    if isinstance(base, (bool, np.bool_)) or not isinstance(base, numbers.Real) \
             or not math.isfinite(base) or base <= 1:
-        raise ValueError(f"base: expected a finite number greater than 1, got {base!r}")
+        raise ValueError(f"{name}: expected a finite number greater than 1, got {base!r}")
     return float(base)
 
 

@@ -37,6 +37,7 @@ from ._backend import (
     check_flag,
     check_floating,
     check_min_rank,
+    check_real,
     check_same_dtype,
     check_size,
     shape_of,
@@ -246,9 +247,7 @@ class TransformerBlockParams:
                                                 for n, m in biases.items()))
         self.norm_first = check_flag("norm_first", self.norm_first)
         check_activation(self.activation)
-        if isinstance(self.eps, (bool, np.bool_)) or not isinstance(self.eps, (int, float)) \
-                or not 0 < self.eps < math.inf:
-            raise ValueError(f"eps: expected a positive finite number, got {self.eps!r}")
+        check_real("eps", self.eps, above=0)
 
     @property
     def d_model(self) -> int:

@@ -1,8 +1,11 @@
 """Training the capstone's small language model: text, batches, the loop, baselines.
 
-The text ships with Python: the help topics of ``pydoc`` (``pydoc_data.topics``, about
-460 000 characters of English prose and code), read at the character level. Nothing is
-downloaded. Training (:func:`train_language_model`) runs with torch autograd, on the CPU,
+The text is Python 3.11's help (what ``help("if")`` prints: the topics of CPython's
+``pydoc_data.topics``, 464 970 characters of English prose and code), read at the character
+level. It ships with this package, compressed (``python311_help_topics.txt.gz``, under the
+PSF License Agreement: ``python311_help_topics.LICENSE.txt``), rather than being read from
+the running Python, whose copy differs from version to version: the shipped checkpoint reads
+exactly these characters on every Python. Nothing is downloaded. Training (:func:`train_language_model`) runs with torch autograd, on the CPU,
 in float64, on one thread, from NumPy-seeded draws, so that a seed gives the same model on
 every machine (up to the last bits of the CPU's floating-point kernels).
 
@@ -51,11 +54,19 @@ __all__ = [
 
 # --- the text ---------------------------------------------------------------------------------
 
-def corpus_text() -> str:
-    """Python's ``pydoc`` help topics, in the order of their names, as one string."""
-    from pydoc_data.topics import topics
+CORPUS = "python311_help_topics.txt.gz"
+"""The file of the text, next to this module: Python 3.11.7's ``pydoc_data.topics``, its
+entries joined in the order of their names, as UTF-8, gzip-compressed."""
 
-    return "".join(topics[name] for name in sorted(topics))
+
+def corpus_text() -> str:
+    """Python 3.11's help topics, in the order of their names, as one string (464 970
+    characters, 103 distinct), the same on every Python version."""
+    import gzip
+    from pathlib import Path
+
+    with gzip.open(Path(__file__).resolve().parent / CORPUS, "rb") as f:
+        return f.read().decode("utf-8")
 
 
 class CharTokenizer:
@@ -99,10 +110,25 @@ def corpus(val_fraction: float = 0.1) -> tuple[CharTokenizer, np.ndarray, np.nda
 def random_batch(rng: np.random.Generator, ids: np.ndarray, batch_size: int,
                  seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """``batch_size`` windows of ``seq_len + 1`` consecutive ids at random offsets: inputs
-    ``(batch, seq_len)`` and targets, the same windows shifted by one."""
-    starts = rng.integers(0, len(ids) - seq_len - 1, size=batch_size)
-    windows = np.stack([ids[s:s + seq_len + 1] for s in starts])
-    return windows[:, :-1], windows[:, 1:]
+    ``(batch, seq_len)`` and targets, the same windows shifted by one.
+
+    Each of the ``len(ids) - seq_len`` windows is equally likely, the last one (whose
+    final target is the text's final id) included. A text shorter than ``seq_len + 1``
+    ids is a ``ValueError``."""
+    windows = len(ids) - seq_len                 # starts 0 .. len(ids) - seq_len - 1
+    if windows < 1:
+        raise ValueError(f"seq_len: expected at most len(ids) - 1 = {len(ids) - 1} (a "
+                         f"window holds seq_len + 1 ids), got {seq_len}")
+    # Uniform over the first windows - 1 starts, then each moved to the last start with
+    # probability 1 / windows: uniform over all of them (each start has probability
+    # (1 - 1/windows) / (windows - 1) = 1/windows, the last 1/windows), and a seed keeps
+    # the starts it drew when the last window was never drawn (an off-by-one), so the
+    # shipped checkpoint's batches, none of which moved, are still what its seeds draw.
+    starts = rng.integers(0, windows - 1, size=batch_size) if windows > 1 else \
+        np.zeros(batch_size, dtype=np.int64)
+    starts[rng.random(batch_size) < 1 / windows] = windows - 1
+    drawn = np.stack([ids[s:s + seq_len + 1] for s in starts])
+    return drawn[:, :-1], drawn[:, 1:]
 
 
 # --- the configuration and the loop -----------------------------------------------------------
