@@ -46,19 +46,21 @@ from ._backend import (
     check_size,
     dtype_name,
     find_non_finite,
+    non_finite_error,
     shape_of,
 )
 from ._guard import attention_guard
 from .attention import attend, lower_triangle
-from .positions import _check_base, rope
+from .positions import _check_base, _cos_sin, _rotate
 from .sinks import check_sinks
 from .multihead import (
     MultiHeadParams,
+    _Layer,
     _check_layer,
+    merge_heads,
     _linear,
     _numpy_float_dtype,
     _project_heads,
-    merge_heads,
 )
 
 __all__ = ["BaseKVCache", "KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
@@ -177,6 +179,11 @@ class BaseKVCache:
 
     def append(self, k: Any, v: Any) -> tuple[Any, Any]:     # pragma: no cover
         raise NotImplementedError
+
+    def _append(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """:meth:`append` for callers that made ``k`` and ``v`` to the cache's layout
+        (:func:`decode_step`, after its checks); a cache may skip its checks here."""
+        return self.append(k, v)
 
     def truncate(self, length: int) -> None:                 # pragma: no cover
         raise NotImplementedError
@@ -585,28 +592,36 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
     """
     _check_self_attention(params)
     rope_base = _check_rope_base(rope_base, params)
-    layer = _check_layer(params, x, None, None, False, names=("x", "x"))
+    # Not certified from the norms of x and of every weight, as multi_head_attention is:
+    # for one new token, reading all the weights once more would cost more than the step.
+    # The attention's inputs are checked instead (attention_guard), then the output.
+    layer = _check_layer(params, x, None, None, False, names=("x", "x"), certify=False)
     _check_cache(cache, params, x, rope_base)
-    n_new = layer.n_q
-    if n_new == 0:
+    if layer.n_q == 0:
         raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
     if sinks is not None:
         sinks = check_sinks(sinks, x, layer.batch + (params.num_heads,), heads="num_heads")
+    return _decode_step(params, x, cache, rope_base, sinks)
+
+
+def _decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache,
+                 rope_base: float | None, sinks: Any = None) -> Any:
+    """:func:`decode_step` after its argument checks (the callers have made them): the
+    computation, with its checks of the values."""
+    *batch, n_new, _ = x.shape
+    layer = _Layer(x, tuple(batch), n_new, n_new, False, False, ("x", "x"))
     q, k, v = _project_heads(params, layer, x)
-    if not layer.certified and find_non_finite(q=q, k=k, v=v) is not None:
-        raise ValueError("x, params: expected projections that fit in dtype "
-                         f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
-                         f"inputs or weights")
     start = cache.length
     checkpoint = cache._checkpoint()
     if rope_base is not None:
         # absolute positions start .. start + n_new - 1: the cache's length is the next one
-        if isinstance(x, np.ndarray):
-            pos = np.arange(start, start + n_new)
-        else:
-            pos = sys.modules["torch"].arange(start, start + n_new, device=x.device)
-        q, k = rope(q, pos, base=rope_base), rope(k, pos, base=rope_base)
-    keys, values = cache.append(k, v)
+        cos, sin = _cos_sin(start, n_new, params.d_head, rope_base, q)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    try:
+        keys, values = cache._append(k, v)
+    except ValueError:
+        _blame_projections(params, x, q, k, v)        # a NaN in x or a weight, by name
+        raise
     cache.rope_base = rope_base
     # Attention reads the keys and values laid out one way whatever the cache: contiguous
     # rows. A matrix product's rounding can depend on the memory layout of its operands
@@ -635,10 +650,14 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         shape = AttentionShape(backend_of(x=x), layer.batch + (h,), n_new,
                                shape_of(keys)[-2], d, d, 1.0 / math.sqrt(d), causal,
                                h // params.n_kv_heads)
-        guard = attention_guard(q, keys, values, shape,
-                                names=("q", "cache.keys", "cache.values"),
-                                inputs="x, the cache or params",
-                                scores="q @ cache.keys^T / sqrt(d_head), per head")
+        try:
+            guard = attention_guard(q, keys, values, shape,
+                                    names=("q", "cache.keys", "cache.values"),
+                                    inputs="x, the cache or params",
+                                    scores="q @ cache.keys^T / sqrt(d_head), per head")
+        except ValueError:
+            _blame_projections(params, x, q, k, v)
+            raise
         heads = attend(q, keys, values, mask, shape, False, guard, None, sinks)
         out = _linear(merge_heads(heads), params.w_o, params.b_o)
         if find_non_finite(out=out) is not None:
@@ -650,6 +669,22 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         cache._rollback(checkpoint)
         raise
     return out
+
+
+def _blame_projections(params: MultiHeadParams, x: Any, q: Any, k: Any, v: Any) -> None:
+    """After the attention's check failed: if the new queries, keys or values hold NaN or
+    infinity, raise naming the input or weight that holds one, or else the projection
+    that overflowed (the cache's earlier positions were checked when they came)."""
+    if find_non_finite(q=q, k=k, v=v) is None:
+        return
+    inputs = {"x": x, **{f"params.{n}": getattr(params, n)
+                         for n in ("w_q", "w_k", "w_v", "b_q", "b_k", "b_v")}}
+    bad = find_non_finite(**inputs)
+    if bad is not None:
+        raise non_finite_error(bad, inputs[bad]) from None
+    raise ValueError("x, params: expected projections that fit in dtype "
+                     f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
+                     f"inputs or weights") from None
 
 
 def _recording(*tensors: Any) -> bool:
