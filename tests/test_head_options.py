@@ -224,3 +224,29 @@ def test_bad_options_are_refused_by_name():
     b.w_gate = np.full((D, D), 3e37, dtype=np.float32)
     with pytest.raises(ValueError, match=r"overflow in x @ params.w_gate"):
         ac.transformer_block(b, big, causal=True)
+
+
+def test_chapter_19s_shipped_models_have_their_options_and_obey_the_bound():
+    from attncore.lab.head_options import VARIANTS, load_variant, score_statistics
+
+    ids = np.random.default_rng(0).integers(0, 60, (2, 64))
+    for name, (gate, qk_norm) in VARIANTS.items():
+        model, losses = load_variant(name)
+        assert all(b.gated == gate and b.qk_norm == qk_norm for b in model.blocks)
+        assert len(losses) == 600 and losses[-1] < losses[0] - 1.5    # it learnt
+        for s in score_statistics(model, ids):
+            assert 0 < s["first_key"] < 1
+            assert (s["max_score"] <= s["bound"] + 1e-9) if qk_norm else np.isnan(s["bound"])
+    with pytest.raises(ValueError, match="name: expected one of"):
+        load_variant("gate")
+
+
+def test_the_shipped_runs_first_steps_are_reproduced():
+    from attncore.lab.head_options import HEAD_OPTIONS_CONFIG, init_variant, load_variant
+    from attncore.lab.language import train_language_model
+
+    for name in ("gated", "qk-norm"):
+        _, stored = load_variant(name)
+        _, losses = train_language_model(HEAD_OPTIONS_CONFIG, model=init_variant(name),
+                                         stop_step=2)
+        np.testing.assert_allclose(losses, stored[:2], rtol=1e-9)
