@@ -231,7 +231,8 @@ def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int
     blocks = [init_transformer_block(d_model, num_heads, d_ff, norm_first=True,
                                      activation=activation, bias=bias, n_kv_heads=n_kv_heads,
                                      norm=norm, rope_base=rope_base, gate=gate,
-                                     qk_norm=qk_norm, seed=int(rng.integers(0, 2**31 - 2)), dtype=dtype,
+                                     qk_norm=qk_norm,
+                                     seed=int(rng.integers(0, 2**31 - 2)), dtype=dtype,
                                      backend=backend, device=device)
               for _ in range(sizes["num_layers"])]
     head = None if tie_head else rng.normal(0.0, 0.02, (sizes["d_model"], sizes["vocab_size"]))
