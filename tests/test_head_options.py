@@ -81,6 +81,15 @@ def test_each_option_equals_the_reference(backend, gate, qk_norm, rope_base):
         np.testing.assert_allclose(attention_part(p, to_backend(x, backend), causal),
                                    reference_attention(p, h, causal).numpy(),
                                    rtol=1e-10, atol=1e-12)
+    # the weights of every head come back too, and a mask is honoured as without options
+    out, w = ac.transformer_block(p, to_backend(x, backend), causal=True,
+                                  return_weights=True)
+    assert w.shape == (2, H, 7, 7)
+    np.testing.assert_allclose(to_numpy(w).sum(-1), 1.0, rtol=1e-12)
+    tril = to_backend(np.tril(np.ones((7, 7), dtype=bool)), backend)
+    np.testing.assert_allclose(to_numpy(ac.transformer_block(p, to_backend(x, backend),
+                                                             mask=tril)),
+                               to_numpy(out), rtol=1e-12, atol=1e-13)
 
 
 def test_gated_qk_normed_attention_equals_transformers_qwen3_next():
@@ -206,18 +215,19 @@ def test_bad_options_are_refused_by_name():
     with pytest.raises(ValueError, match="expected no w_gate and no QK-norm"):
         ac.block_params_to_torch(block(norm="layer", activation="gelu", bias=True,
                                        rope_base=None))
-    x = np.random.default_rng(0).standard_normal((1, 3, D))
-    for name, bad in (("q_norm_weight", np.nan), ("w_gate", np.inf)):
-        b = block()
-        arr = getattr(b, name).copy()
-        arr[0] = bad
-        setattr(b, name, arr)
-        with pytest.raises(ValueError, match=f"params.{name}: expected finite values"):
-            ac.transformer_block(b, x, causal=True)
-        cache = ac.KVCache.for_layer(b.attn, 4, (1,))
-        with pytest.raises(ValueError, match=f"params.{name}: expected finite values"):
-            ac.block_decode_step(b, x, cache)
-        assert len(cache) == 0
+    for backend in BACKENDS:        # the same errors on every path
+        x = to_backend(np.random.default_rng(0).standard_normal((1, 3, D)), backend)
+        for name, bad in (("q_norm_weight", np.nan), ("w_gate", np.inf)):
+            b = block(backend)
+            arr = to_backend(to_numpy(getattr(b, name)).copy(), backend)
+            arr[0] = bad
+            setattr(b, name, arr)
+            with pytest.raises(ValueError, match=f"params.{name}: expected finite values"):
+                ac.transformer_block(b, x, causal=True)
+            cache = ac.KVCache.for_layer(b.attn, 4, (1,))
+            with pytest.raises(ValueError, match=f"params.{name}: expected finite values"):
+                ac.block_decode_step(b, x, cache)
+            assert len(cache) == 0
     # x @ W_G overflows float32 (16 terms of 3e37): said, not a silent gate of 0 or 1
     b = block(qk_norm=False, dtype=np.float32)
     big = np.ones((1, 2, D), dtype=np.float32)
