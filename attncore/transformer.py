@@ -188,8 +188,9 @@ def _feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: st
 class TransformerBlockParams:
     """Weights of one transformer block (all NumPy arrays or all torch tensors).
 
-    The first fields hold GPT-2's block; the last three (``norm``, ``rope_base``,
-    ``w_ff3``) have defaults that keep it, and turn it into Llama's block when set.
+    The first fields hold GPT-2's block; the later ones have defaults that keep it:
+    ``norm``, ``rope_base`` and ``w_ff3`` turn it into Llama's block when set, ``w_gate``
+    and the QK-norm gains add the per-head options of the module docstring.
 
     Attributes
     ----------
