@@ -36,8 +36,8 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``layers.py``        -- the layers besides attention, one home for every model:
   :func:`layer_norm`, :func:`rms_norm`, :func:`gelu`, :func:`silu`, :func:`swiglu`
 * ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
-  post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention),
-  :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
+  post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention;
+  gated attention and QK-norm as options), :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
 * ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits` and :func:`generate`: a
   decoder-only model built from the blocks (learned positions or RoPE, tied or untied
   head), sampled through the KV cache
