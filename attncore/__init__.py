@@ -36,10 +36,11 @@ The attention core, each module one idea, all names available as ``attncore.<nam
 * ``layers.py``        -- the layers besides attention, one home for every model:
   :func:`layer_norm`, :func:`rms_norm`, :func:`gelu`, :func:`silu`, :func:`swiglu`
 * ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
-  post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention),
-  :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
+  post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention;
+  gated attention and QK-norm as options), :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
 * ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits`, :func:`lm_decode`
-  (logits through a KV cache per block) and :func:`generate`: a decoder-only model built from the blocks (learned positions or RoPE, tied or untied
+  (logits through a KV cache per block) and :func:`generate`: a decoder-only model built
+  from the blocks (learned positions or RoPE, tied or untied
   head), sampled through the KV cache
 * ``paged.py``         -- :class:`BlockPool` and :class:`PagedKVCache`: the cache in
   fixed-size blocks with a block table per sequence (vLLM's paged attention)

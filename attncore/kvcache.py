@@ -590,6 +590,14 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         another layout, library or dtype, or without room. On any error the cache is
         left as it was.
     """
+    rope_base, sinks = _check_decode(params, x, cache, rope_base, sinks)
+    return _decode_step(params, x, cache, rope_base, sinks)
+
+
+def _check_decode(params: MultiHeadParams, x: Any, cache: BaseKVCache, rope_base: Any,
+                  sinks: Any) -> tuple[float | None, Any]:
+    """The argument checks of :func:`decode_step`; returns ``rope_base`` and ``sinks``
+    checked."""
     _check_self_attention(params)
     rope_base = _check_rope_base(rope_base, params)
     # Not certified from the norms of x and of every weight, as multi_head_attention is:
@@ -601,16 +609,22 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
     if sinks is not None:
         sinks = check_sinks(sinks, x, layer.batch + (params.num_heads,), heads="num_heads")
-    return _decode_step(params, x, cache, rope_base, sinks)
+    return rope_base, sinks
 
 
 def _decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache,
-                 rope_base: float | None, sinks: Any = None) -> Any:
+                 rope_base: float | None, sinks: Any = None, qk_norm: Any = None,
+                 gate: Any = None) -> Any:
     """:func:`decode_step` after its argument checks (the callers have made them): the
-    computation, with its checks of the values."""
+    computation, with its checks of the values. ``qk_norm`` (a function of the queries
+    and keys, ``(q, k) -> (q, k)``, applied before RoPE) and ``gate`` (multiplying each
+    head's output before ``W_O``) are a gated or QK-normed block's
+    (:func:`attncore.block_decode_step`)."""
     *batch, n_new, _ = x.shape
     layer = _Layer(x, tuple(batch), n_new, n_new, False, False, ("x", "x"))
     q, k, v = _project_heads(params, layer, x)
+    if qk_norm is not None:
+        q, k = qk_norm(q, k)
     start = cache.length
     checkpoint = cache._checkpoint()
     if rope_base is not None:
@@ -659,6 +673,8 @@ def _decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache,
             _blame_projections(params, x, q, k, v)
             raise
         heads = attend(q, keys, values, mask, shape, False, guard, None, sinks)
+        if gate is not None:
+            heads = heads * gate
         out = _linear(merge_heads(heads), params.w_o, params.b_o)
         if find_non_finite(out=out) is not None:
             raise ValueError(f"x, params: expected an output that fits in dtype "

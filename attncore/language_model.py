@@ -189,7 +189,8 @@ class LanguageModel:
 def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int,
                         num_layers: int, max_len: int, *, activation: str = "gelu",
                         bias: bool = True, n_kv_heads: int | None = None, norm: str = "layer",
-                        rope_base: float | None = None, tie_head: bool = True, seed: int = 0,
+                        rope_base: float | None = None, gate: bool = False,
+                        qk_norm: bool = False, tie_head: bool = True, seed: int = 0,
                         dtype: Any = np.float64, backend: str = NUMPY,
                         device: Any = None) -> LanguageModel:
     """Seeded weights of a :class:`LanguageModel`: GPT-2's form by default, Llama's with
@@ -206,7 +207,7 @@ def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int
     vocab_size, d_model, num_heads, d_ff, num_layers, max_len : int
         Sizes, each ``>= 1`` (``num_heads`` dividing ``d_model``); ``max_len`` is the rows
         of the position table, or with RoPE the context length.
-    activation, bias, n_kv_heads, norm, rope_base
+    activation, bias, n_kv_heads, norm, rope_base, gate, qk_norm
         Of every block (:func:`~attncore.transformer.init_transformer_block`).
     tie_head : bool, default True
         The output head is the token embedding (True) or a matrix of its own.
@@ -229,7 +230,8 @@ def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int
         else None
     blocks = [init_transformer_block(d_model, num_heads, d_ff, norm_first=True,
                                      activation=activation, bias=bias, n_kv_heads=n_kv_heads,
-                                     norm=norm, rope_base=rope_base,
+                                     norm=norm, rope_base=rope_base, gate=gate,
+                                     qk_norm=qk_norm,
                                      seed=int(rng.integers(0, 2**31 - 2)), dtype=dtype,
                                      backend=backend, device=device)
               for _ in range(sizes["num_layers"])]

@@ -586,8 +586,10 @@ def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[An
 
 def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
                   return_weights: bool, drop: Dropout | None = None,
-                  sinks: Any = None) -> Any:
-    """Attention in every head, the heads merged and projected by ``W_O``."""
+                  sinks: Any = None, gate: Any = None) -> Any:
+    """Attention in every head, the heads merged and projected by ``W_O``; with ``gate``
+    (``(..., num_heads, n_q, d_head)``, values in ``[0, 1]``: a gated block's, see
+    :mod:`attncore.transformer`) each head's output is multiplied by it before ``W_O``."""
     if mask is not None and mask.ndim > 2:
         mask = mask[..., None, :, :]       # one mask for all heads: a head axis of size 1
     shape = AttentionShape(backend_of(q=q), layer.batch + (params.num_heads,), layer.n_q,
@@ -597,6 +599,8 @@ def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape),
                     drop, sinks)
     heads, weights = result if return_weights else (result, None)
+    if gate is not None:
+        heads = heads * gate
     out = _check_output(layer, _linear(_merge(heads), params.w_o, params.b_o, layer))
     return (out, weights) if return_weights else out
 

@@ -35,6 +35,20 @@ pre-norm block with four parts swapped, each one option of :func:`init_transform
 The normalisations and activations live in :mod:`attncore.layers`; on torch they call
 PyTorch's kernels for the same formulas, as the attention functions call PyTorch's fused
 attention.
+
+Two options of 2025's models act on every head inside the attention sub-layer, each with
+weights of its own (None when absent), on either block:
+
+* **QK-norm** (Qwen3, Gemma 3, OLMo 2): every head's query and key rows pass through
+  RMSNorm, with gains ``q_norm_weight`` and ``k_norm_weight`` of shape ``(d_head,)``
+  shared by the heads, after the projections and before RoPE. A score is then at most
+  ``d_head max|g_q| max|g_k| / sqrt(d_head)`` in size, whatever the input;
+* **gated attention** (Qwen3-Next, Qwen3.5): each head's output is multiplied,
+  elementwise, by ``sigmoid(h W_G)`` (``h`` the sub-layer's input, ``W_G`` of shape
+  ``(d_model, d_model)``, ``w_gate``, split into heads as the queries are) before
+  ``W_O``::
+
+      out = concat_i(sigmoid(h W_G)_i * head_i) W_O
 """
 
 from __future__ import annotations
@@ -59,14 +73,20 @@ from ._backend import (
     shape_of,
 )
 from .dropout import Dropout, apply_dropout, check_dropout
-from .kvcache import KVCache, _decode_step, decode_step
+from .kvcache import KVCache, _check_decode, _decode_step
 # (gelu and layer_norm are also read from here, attncore.transformer.gelu, as before they
 # moved to attncore.layers)
 from .layers import _layer_norm, _relu, _rms_norm, _silu_numpy, gelu, layer_norm  # noqa: F401
+from ._backend import check_all_finite, dtype_name, find_non_finite
 from .multihead import (
     MultiHeadParams,
+    _attend_heads,
+    _check_layer,
+    _linear,
     _numpy_float_dtype,
     _on_backend,
+    _project_heads,
+    _split,
     check_n_kv_heads,
     check_num_heads,
     init_multihead,
@@ -74,7 +94,7 @@ from .multihead import (
     params_from_torch,
     params_to_torch,
 )
-from .positions import _check_base, rope_multi_head_attention
+from .positions import _check_base, _cos_sin, _rotate, rope_multi_head_attention
 
 __all__ = [
     "ACTIVATIONS",
@@ -97,6 +117,8 @@ NORMS = ("layer", "rms")
 
 _FF_FIELDS = ("ln1_weight", "ln1_bias", "ln2_weight", "ln2_bias", "w_ff1", "b_ff1", "w_ff2",
               "b_ff2", "w_ff3")
+_HEAD_FIELDS = ("w_gate", "q_norm_weight", "k_norm_weight")
+"""The per-head options of the attention sub-layer: gated attention and QK-norm."""
 
 
 # --- the feed-forward layer -----------------------------------------------------------------
@@ -166,8 +188,9 @@ def _feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: st
 class TransformerBlockParams:
     """Weights of one transformer block (all NumPy arrays or all torch tensors).
 
-    The first fields hold GPT-2's block; the last three (``norm``, ``rope_base``,
-    ``w_ff3``) have defaults that keep it, and turn it into Llama's block when set.
+    The first fields hold GPT-2's block; the later ones have defaults that keep it:
+    ``norm``, ``rope_base`` and ``w_ff3`` turn it into Llama's block when set, ``w_gate``
+    and the QK-norm gains add the per-head options of the module docstring.
 
     Attributes
     ----------
@@ -195,6 +218,12 @@ class TransformerBlockParams:
     w_ff3 : array, shape ``(d_model, d_ff)``, or None
         The ungated branch of ``activation="swiglu"``: ``FFN(x) = (silu(x W_1) * (x W_3))
         W_2``. Present exactly with ``"swiglu"``, which has no biases.
+    w_gate : array, shape ``(d_model, d_model)``, or None
+        Gated attention (Qwen3-Next): each head's output times ``sigmoid(h W_G)``, split
+        into heads, before ``W_O`` (``h`` the attention sub-layer's input).
+    q_norm_weight, k_norm_weight : arrays of shape ``(d_head,)``, or None (both or neither)
+        QK-norm (Qwen3, Gemma 3): RMSNorm with these gains, and the block's ``eps``, on
+        every head's queries and keys before RoPE.
 
     Raises
     ------
@@ -205,7 +234,8 @@ class TransformerBlockParams:
         A shape that does not fit ``d_model`` and ``d_ff``, a cross-attention layer, an
         unknown activation or norm, a non-positive ``eps``, some biases given and others
         not, a shift with ``norm="rms"``, ``w_ff3`` without ``"swiglu"`` or the reverse,
-        a bad ``rope_base`` or an odd head width with it.
+        a bad ``rope_base`` or an odd head width with it, one of ``q_norm_weight`` and
+        ``k_norm_weight`` without the other.
     """
 
     attn: MultiHeadParams
@@ -223,15 +253,19 @@ class TransformerBlockParams:
     norm: str = "layer"
     rope_base: float | None = None
     w_ff3: Any = None
+    w_gate: Any = None
+    q_norm_weight: Any = None
+    k_norm_weight: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.attn, MultiHeadParams):
             raise TypeError(f"attn: expected a MultiHeadParams, got {type(self.attn).__name__}")
-        arrays = {n: getattr(self, n) for n in _FF_FIELDS}
+        arrays = {n: getattr(self, n) for n in _FF_FIELDS + _HEAD_FIELDS}
         for name in ("ln1_weight", "ln2_weight", "w_ff1", "w_ff2"):
             if arrays[name] is None:
                 raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got None "
-                                f"(only the biases and w_ff3 may be None)")
+                                f"(only the biases, w_ff3, w_gate and the QK-norm gains "
+                                f"may be None)")
         backend_of(attn=self.attn.w_q, **arrays)
         for name, x in arrays.items():
             if x is not None:
@@ -247,12 +281,14 @@ class TransformerBlockParams:
                              f"d_ff >= 1, got {w1}")
         d_ff = w1[1]
         expected = {"ln1_weight": (d,), "ln1_bias": (d,), "ln2_weight": (d,), "ln2_bias": (d,),
-                    "b_ff1": (d_ff,), "w_ff2": (d_ff, d), "b_ff2": (d,), "w_ff3": (d, d_ff)}
+                    "b_ff1": (d_ff,), "w_ff2": (d_ff, d), "b_ff2": (d,), "w_ff3": (d, d_ff),
+                    "w_gate": (d, d), "q_norm_weight": (self.attn.d_head,),
+                    "k_norm_weight": (self.attn.d_head,)}
         for name, shape in expected.items():
             x = arrays[name]
             if x is not None and shape_of(x) != shape:
                 raise ValueError(f"{name}: expected shape {shape} for d_model={d}, d_ff={d_ff}, "
-                                 f"got {shape_of(x)}")
+                                 f"d_head={self.attn.d_head}, got {shape_of(x)}")
         biases = {n: arrays[n] is None for n in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2")}
         biases.update({"attn.b_q": self.attn.b_q is None})
         if len(set(biases.values())) > 1:
@@ -277,6 +313,23 @@ class TransformerBlockParams:
                              "gated layer has no biases), so no biases at all (all or none)")
         if self.rope_base is not None:
             self.rope_base = check_rope_base(self.rope_base, self.attn.d_head)
+        if (self.q_norm_weight is None) != (self.k_norm_weight is None):
+            given, missing = (("q_norm_weight", "k_norm_weight")
+                              if self.k_norm_weight is None
+                              else ("k_norm_weight", "q_norm_weight"))
+            raise ValueError(f"{missing}: expected an array of shape ({self.attn.d_head},) "
+                             f"with {given} (QK-norm normalises queries and keys both), "
+                             f"got None")
+
+    @property
+    def qk_norm(self) -> bool:
+        """Whether the block normalises every head's queries and keys (QK-norm)."""
+        return self.q_norm_weight is not None
+
+    @property
+    def gated(self) -> bool:
+        """Whether the block gates every head's output (gated attention)."""
+        return self.w_gate is not None
 
     @property
     def d_model(self) -> int:
@@ -306,7 +359,7 @@ class TransformerBlockParams:
         """Every weight and bias present, in a fixed order (the attention layer's first)."""
         attn = [getattr(self.attn, n) for n in ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
                                                 "b_v", "b_o")]
-        own = [getattr(self, n) for n in _FF_FIELDS]
+        own = [getattr(self, n) for n in _FF_FIELDS + _HEAD_FIELDS]
         return [x for x in attn + own if x is not None]
 
     def num_parameters(self) -> int:
@@ -351,7 +404,8 @@ def check_rope_base(rope_base: Any, d_head: int) -> float:
 def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_first: bool = True,
                            activation: str = "gelu", bias: bool = True,
                            n_kv_heads: int | None = None, norm: str = "layer",
-                           rope_base: float | None = None, seed: int = 0,
+                           rope_base: float | None = None, gate: bool = False,
+                           qk_norm: bool = False, seed: int = 0,
                            dtype: Any = np.float64, backend: str = NUMPY,
                            device: Any = None) -> TransformerBlockParams:
     """Seeded parameters for a transformer block: GPT-2's by default, Llama's with
@@ -387,6 +441,10 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
     rope_base : float, optional
         RoPE inside the attention layer, with this base (10000 in Llama 2; needs an even
         head width). Default None: no positions inside the block.
+    gate : bool, default False
+        Gated attention: ``w_gate`` drawn as the feed-forward weights are (after them).
+    qk_norm : bool, default False
+        QK-norm: ``q_norm_weight`` and ``k_norm_weight`` start at gain 1.
     seed : int, default 0
     dtype, backend, device
         As in :func:`~attncore.init_multihead`.
@@ -416,6 +474,8 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
                          f"block has all biases or none), got True")
     if rope_base is not None:
         rope_base = check_rope_base(rope_base, d_model // num_heads)
+    gate = check_flag("gate", gate)
+    qk_norm = check_flag("qk_norm", qk_norm)
     seed = check_size("seed", seed, minimum=0)
     attn = init_multihead(d_model, num_heads, n_kv_heads=n_kv_heads, bias=bias, seed=seed,
                           dtype=dtype, backend=backend, device=device)
@@ -430,6 +490,10 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
               "ln2_weight": np.ones(d_model), "ln2_bias": np.zeros(d_model),
               "w_ff1": w1, "b_ff1": b1, "w_ff2": w2, "b_ff2": b2,
               "w_ff3": linear(d_model, d_ff)[0] if activation == "swiglu" else None}
+    arrays["w_gate"] = linear(d_model, d_model)[0] if gate else None
+    d_head = d_model // num_heads
+    arrays["q_norm_weight"] = np.ones(d_head) if qk_norm else None
+    arrays["k_norm_weight"] = np.ones(d_head) if qk_norm else None
     if not bias:
         for name in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2"):
             arrays[name] = None
@@ -453,6 +517,10 @@ def _check_block(params: Any, x: Any) -> None:
     if shape_of(x)[-1] != params.d_model:
         raise ValueError(f"x: expected last axis d_model={params.d_model}, got shape "
                          f"{shape_of(x)}")
+    # (d_head numbers each; w_gate, d_model^2 of them, is blamed only when its product
+    # with the input is not finite, see _gate)
+    check_all_finite(**{"params.q_norm_weight": params.q_norm_weight,
+                        "params.k_norm_weight": params.k_norm_weight})
 
 
 def _norm(p: TransformerBlockParams, x: Any, which: int) -> Any:
@@ -461,6 +529,69 @@ def _norm(p: TransformerBlockParams, x: Any, which: int) -> Any:
     if p.norm == "rms":
         return _rms_norm(x, weight, p.eps)
     return _layer_norm(x, weight, p.ln1_bias if which == 1 else p.ln2_bias, p.eps)
+
+
+def _sigmoid(z: Any) -> Any:
+    if isinstance(z, np.ndarray):
+        e = np.exp(-np.abs(z))        # never overflows: the sigmoid of either sign from it
+        return np.where(z >= 0, 1, e) / (1 + e)
+    return z.sigmoid()
+
+
+def _gate(p: TransformerBlockParams, h: Any) -> Any:
+    """Gated attention's gate ``sigmoid(h W_G)`` in heads, ``(..., num_heads, n, d_head)``,
+    for the sub-layer's input ``h``, ``(..., n, d_model)``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = _linear(h, p.w_gate, None)
+    if find_non_finite(z=z) is not None:
+        check_all_finite(**{"x": h, "params.w_gate": p.w_gate})
+        raise ValueError(f"x, params.w_gate: expected gate logits that fit in dtype "
+                         f"{dtype_name(z)}, got an overflow in x @ params.w_gate; use a "
+                         f"wider dtype or smaller inputs or weights")
+    return _split(_sigmoid(z), p.num_heads)
+
+
+def _qk_norm(p: TransformerBlockParams) -> Any:
+    """QK-norm as a function ``(q, k) -> (q, k)`` of the heads' rows, or None."""
+    if p.q_norm_weight is None:
+        return None
+
+    def normalise(q: Any, k: Any) -> tuple[Any, Any]:
+        with np.errstate(over="ignore", invalid="ignore"):   # the attention checks them
+            return (_rms_norm(q, p.q_norm_weight, p.eps),
+                    _rms_norm(k, p.k_norm_weight, p.eps))
+    return normalise
+
+
+def _attention_with_options(p: TransformerBlockParams, h: Any, mask: Any, causal: bool,
+                            return_weights: bool, drop: Dropout | None) -> Any:
+    """The attention sub-layer of a gated or QK-normed block: the steps of
+    :func:`~attncore.multi_head_attention` (with RoPE, of
+    :func:`~attncore.rope_multi_head_attention`) with QK-norm before RoPE and the gate
+    before ``W_O``."""
+    a = p.attn
+    layer = _check_layer(a, h, None, mask, causal, names=("x", "x"))
+    q, k, v = _project_heads(a, layer, h)
+    if p.qk_norm:
+        # The layer's certificate bounds the projections, not their normalised rows (a
+        # tiny query is scaled up to sqrt(d_head) times its gain): check the scores.
+        layer = layer._replace(certified=False)
+        q, k = _qk_norm(p)(q, k)
+    if p.rope_base is not None:
+        cos, sin = _cos_sin(0, layer.n_q, a.d_head, p.rope_base, q)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    gate = _gate(p, h) if p.gated else None
+    return _attend_heads(a, layer, q, k, v, mask, return_weights, drop, gate=gate)
+
+
+def _attention_step(p: TransformerBlockParams, h: Any, cache: KVCache, check: bool) -> Any:
+    """The attention sub-layer of one step of cached decoding (``check``: the argument
+    checks of :func:`~attncore.decode_step` first). The cache holds the keys after QK-norm
+    and RoPE, as the recomputation uses them."""
+    if check:
+        _check_decode(p.attn, h, cache, p.rope_base, None)
+    gate = _gate(p, h) if p.gated else None       # before the cache grows: may raise
+    return _decode_step(p.attn, h, cache, p.rope_base, qk_norm=_qk_norm(p), gate=gate)
 
 
 def _ffn(p: TransformerBlockParams, h: Any, drop: Dropout | None = None) -> Any:
@@ -511,14 +642,12 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
     p = params
     weights = []
 
-    # (Options of later models that act per head inside this sub-layer, such as an RMSNorm
-    # of each head's queries and keys before RoPE, or a sigmoid gate on each head's output
-    # before W_O, would be weights of their own in TransformerBlockParams, None when
-    # absent, applied here and in _decode_step's place in block_decode_step.)
     def attention(h: Any) -> Any:
         kw = {"mask": mask, "causal": causal, "return_weights": return_weights,
               "dropout_p": 0.0 if drop is None else drop.p, "generator": generator}
-        if p.rope_base is None:
+        if p.gated or p.qk_norm:
+            out = _attention_with_options(p, h, mask, causal, return_weights, drop)
+        elif p.rope_base is None:
             out = multi_head_attention(p.attn, h, **kw)
         else:
             out = rope_multi_head_attention(p.attn, h, base=p.rope_base, **kw)
@@ -564,9 +693,9 @@ def block_decode_step(params: TransformerBlockParams, x: Any, cache: KVCache) ->
     _check_block(params, x)
     p = params
     if p.norm_first:
-        x = x + decode_step(p.attn, _norm(p, x, 1), cache, rope_base=p.rope_base)
+        x = x + _attention_step(p, _norm(p, x, 1), cache, check=True)
         return x + _ffn(p, _norm(p, x, 2))
-    x = _norm(p, x + decode_step(p.attn, x, cache, rope_base=p.rope_base), 1)
+    x = _norm(p, x + _attention_step(p, x, cache, check=True), 1)
     return _norm(p, x + _ffn(p, x), 2)
 
 
@@ -575,7 +704,7 @@ def _decode_block(p: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
     callers that made the block, ``x`` and the cache themselves (:func:`attncore.generate`
     checks its model once, not at every token and layer); the values are checked as
     always (:func:`~attncore.decode_step`)."""
-    x = x + _decode_step(p.attn, _norm(p, x, 1), cache, p.rope_base)
+    x = x + _attention_step(p, _norm(p, x, 1), cache, check=False)
     return x + _ffn(p, _norm(p, x, 2))
 
 
@@ -671,6 +800,11 @@ def block_params_to_torch(params: TransformerBlockParams) -> Any:
                          f"rope_base=None (torch.nn.TransformerEncoderLayer has no RMSNorm, "
                          f"SwiGLU or RoPE), got norm={p.norm!r}, activation={p.activation!r}, "
                          f"rope_base={p.rope_base!r}")
+    if p.gated or p.qk_norm:
+        raise ValueError(f"params: expected no w_gate and no QK-norm gains "
+                         f"(torch.nn.TransformerEncoderLayer has neither), got "
+                         f"w_gate={'an array' if p.gated else 'None'}, q_norm_weight="
+                         f"{'an array' if p.qk_norm else 'None'}")
     mha = params_to_torch(params.attn)
     as_t = (lambda a: torch.as_tensor(a)) if p.backend == NUMPY else (lambda a: a.detach())
     w = as_t(p.w_ff1)

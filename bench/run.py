@@ -709,9 +709,9 @@ def gpu_markdown(r: dict, command: str) -> str:
              f"{r['rounds']} per-round ratios [interquartile range]; TFLOP/s count the two "
              f"products, 4 N^2 d_k per head; peak: {peak_text}). Target: ratio at most "
              f"{TARGETS['gpu']}.", "",
-             "| dtype | N | 3-D / F.sdpa | 4-D / F.sdpa | target | F.sdpa (ms) | "
-             "F.sdpa TFLOP/s | share of peak |",
-             "|:---|---:|---:|---:|:---|---:|---:|---:|"]
+             "| dtype | N | 3-D / F.sdpa | 4-D / F.sdpa | target | value guard alone / "
+             "F.sdpa | F.sdpa (ms) | F.sdpa TFLOP/s | share of peak |",
+             "|:---|---:|---:|---:|:---|---:|---:|---:|---:|"]
     for row in r["rows"]:
         v = row["vs_sdpa"]
         worst = max(v["attncore 3-D"]["median"], v["attncore 4-D"]["median"])
@@ -719,6 +719,7 @@ def gpu_markdown(r: dict, command: str) -> str:
         share = f"{tflops / peak:.0%}" if peak else "n/a"
         lines.append(f"| {row['dtype']} | {row['n']} | {spread(v['attncore 3-D'])} | "
                      f"{spread(v['attncore 4-D'])} | {verdict(worst, TARGETS['gpu'])} | "
+                     f"{spread(v['value guard'])} | "
                      f"{ms(v['F.sdpa 4-D']['seconds'])} | {tflops:.1f} | {share} |")
     for m in r["memory"]:
         lines += ["", f"Peak GPU memory at N = {m['n']}, {m['heads']} heads, float16: tiled "

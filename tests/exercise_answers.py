@@ -62,6 +62,17 @@ _MASKED_TILED = """def my_masked_tiled(q, k, v, mask, block_size):
         m = m_new
     return np.where(l > 0, o / np.where(l > 0, l, 1.0), 0.0)"""
 
+# Chapter 19's delta rule with one gate per key channel; the right answer scales the old
+# memory by the gate before the delta write reads it.
+_CHANNEL_GATED = """def my_channel_gated(q, k, v, alpha, beta):
+    S = np.zeros((v.shape[1], k.shape[1]))
+    out = []
+    for t in range(len(q)):
+        S = {gated}
+        S = {write} + beta[t] * np.outer(v[t] - S @ k[t], k[t])
+        out.append(S @ q[t])
+    return np.array(out)"""
+
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
@@ -269,6 +280,17 @@ ANSWERS: dict[str, Answers] = {
     "ex-beyond-antithetic": Answers(
         right={"my_variance": "math.e * math.exp(-2.5) * (math.exp(2.5) - 1) ** 2 / 64"},
         wrong={"my_variance": "0.4750"}),            # 64 independent features
+    # --- chapter 19, gates and the delta rule (19_gates_and_the_delta_rule.ipynb) ------------
+    "ex-delta-forgetting": Answers(right={"my_writes": "math.log(0.5) / math.log(15 / 16)"},
+                                   wrong={"my_writes": "16 * math.log(2)"}),   # large-d limit
+    "ex-delta-break-even": Answers(
+        right={"my_tokens": "36 * 32 * 128 * 128 / (12 * 2 * 2 * 256)"},
+        wrong={"my_tokens": "36 * 32 * 128 * 128 / (12 * 2 * 256)"}),    # keys only
+    "ex-delta-channel-gate": Answers(right={"my_channel_gated": _CHANNEL_GATED.format(
+                                         gated="S * alpha[t]", write="S")},
+                                     # the gate applied after the erase, not before it
+                                     wrong={"my_channel_gated": _CHANNEL_GATED.format(
+                                         gated="S", write="S * alpha[t]")}),
     # --- chapter 16, caches in serving (16_caches_in_serving.ipynb) -------------------------
     "ex-llms-left-padding": Answers(
         right={"my_new_positions": "[2, 5, 3]",

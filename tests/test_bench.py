@@ -109,9 +109,10 @@ def test_the_performance_page_quotes_the_committed_run():
     new run cannot be committed under the old run's words. (One-decimal numbers are the
     prose's own roundings and differences, "about 0.4".)"""
     root = Path(__file__).resolve().parents[1]
-    # the CPU run, and the training-step table run on its own (bench/run.py --only training)
+    # the CPU run, the tables run on their own (bench/run.py --only training, --only llm)
+    # and the GPU run (bench/run.py --gpu --no-cpu)
     committed = "\n".join((root / "bench" / "results" / name).read_text()
-                          for name in ("cpu.md", "training.md"))
+                          for name in ("cpu.md", "training.md", "llm.md", "gpu.md"))
     page = (root / "performance.md").read_text()
     # The prose and the directives' text (a figure's alt text and caption), not code blocks.
     prose, fence = [], None

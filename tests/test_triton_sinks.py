@@ -47,8 +47,8 @@ def test_sinks_forward_and_backward(device, causal, per_head):
 
 
 def test_bad_sinks_are_refused():
-    q = torch.zeros(1, 2, 4, 16)
+    q = torch.zeros(1, 2, 4, 16, device=DEVICES[0])
     with pytest.raises(ValueError, match=r"sinks: expected shape \(\) .* or \(2,\)"):
-        at.flash_attention(q, q, q, sinks=torch.zeros(3))
+        at.flash_attention(q, q, q, sinks=torch.zeros(3, device=q.device))
     with pytest.raises(TypeError, match="sinks: expected the dtype of the queries"):
-        at.flash_attention(q, q, q, sinks=torch.zeros(2, dtype=torch.float64))
+        at.flash_attention(q, q, q, sinks=torch.zeros(2, dtype=torch.float64, device=q.device))

@@ -257,7 +257,7 @@ def _named_tensors(model: LanguageModel) -> dict[str, Any]:
             if getattr(b.attn, n) is not None:
                 out[f"blocks.{i}.attn.{n}"] = getattr(b.attn, n)
         for n in ("ln1_weight", "ln1_bias", "ln2_weight", "ln2_bias", "w_ff1", "b_ff1",
-                  "w_ff2", "b_ff2"):
+                  "w_ff2", "b_ff2", "w_gate", "q_norm_weight", "k_norm_weight"):
             if getattr(b, n) is not None:
                 out[f"blocks.{i}.{n}"] = getattr(b, n)
     return out
@@ -317,7 +317,10 @@ def load_checkpoint(path: Any, dtype: Any = None) -> tuple[LanguageModel, LMConf
                                num_heads=config.num_heads)
         blocks.append(TransformerBlockParams(
             attn, *(g(n) for n in ("ln1_weight", "ln1_bias", "ln2_weight", "ln2_bias",
-                                   "w_ff1", "b_ff1", "w_ff2", "b_ff2")), norm_first=True))
+                                   "w_ff1", "b_ff1", "w_ff2", "b_ff2")), norm_first=True,
+            # (gated attention and QK-norm, in the files that have them: chapter 19's)
+            w_gate=g("w_gate"), q_norm_weight=g("q_norm_weight"),
+            k_norm_weight=g("k_norm_weight")))
     model = LanguageModel(t["tok_emb"], t["pos_emb"], blocks, t["lnf_weight"],
                           t.get("lnf_bias"))
     return model, config, json.loads(meta["losses"])

@@ -5,7 +5,8 @@ One function per chapter, named after the problem it shows: 1 :func:`soft_lookup
 5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`rotary_scores`,
 8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
 11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 14 :func:`causal_work_per_rank`,
-15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`.
+15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`,
+19 :func:`memory_that_only_adds`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
 draws the same figure (fixed seeds, no timing). A chapter shows it with::
@@ -25,7 +26,8 @@ __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
            "causal_scores", "heads_on_a_sentence", "blind_to_order", "rotary_scores",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
            "lm_loss_curve", "causal_work_per_rank",
-           "programs_over_tiles", "reserved_and_used", "latent_and_speculative"]
+           "programs_over_tiles", "reserved_and_used", "latent_and_speculative",
+           "memory_that_only_adds"]
 
 SIZE = (8.0, 3.0)
 """Width and height of every opening figure, in inches."""
@@ -641,4 +643,63 @@ def programs_over_tiles() -> Any:
     axes[1].set_title(f"tiles of {block}: {sum(visits)} of {tiles * tiles} computed")
     _style(axes[0])
     _style(axes[1])
+    return fig
+
+
+def memory_that_only_adds() -> Any:
+    """Chapter 19: a memory of fixed size that only adds loses even its newest facts.
+
+    Left, what one head holds per layer as the context grows, for heads of width 128:
+    the KV cache of softmax attention (``2 n d`` numbers) against the ``d x d`` state of
+    linear attention and of the delta rule. Right, associative recall in ``R^16``
+    (:func:`attncore.lab.recall.recall_task`, 10 seeds): ``n`` pairs are written one per
+    token and the newest 4 are asked; the state that only adds
+    (:func:`~attncore.gated_delta_rule` with ``erase=False``) against the delta rule
+    (``erase=True``), both with ``g = beta = 1``, and softmax attention over the whole
+    cache (scale 30).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import attncore as ac
+    from attncore.lab.recall import recall_accuracy, recall_task
+
+    fig, axes = _figure(2)
+    d = 128
+    tokens = np.arange(0, 4097, 256)
+    axes[0].plot(tokens, 2 * tokens * d / 1e3, color="C3", label="KV cache, 2nd")
+    axes[0].plot(tokens, np.full(len(tokens), d * d / 1e3), color="C0",
+                 label="state, d x d")
+    axes[0].set_xlabel("tokens in the context")
+    axes[0].set_ylabel("thousands of numbers")
+    axes[0].set_title(f"one head's memory, d = {d}")
+    axes[0].legend()
+    sizes, newest, seeds = (4, 8, 16, 32, 64, 128, 256), 4, range(10)
+    curves = {"softmax, whole cache": [], "adds only": [], "delta rule": []}
+    for n in sizes:
+        accs = {name: [] for name in curves}
+        for seed in seeds:
+            keys, values = recall_task(n, 16, seed=seed)
+            asked = np.arange(n - newest, n)
+            accs["softmax, whole cache"].append(recall_accuracy(
+                ac.scaled_dot_product_attention(keys[asked], keys, values, scale=30.0),
+                values, asked))
+            for name, erase in (("adds only", False), ("delta rule", True)):
+                _, state = ac.gated_delta_rule(keys, keys, values, 1.0, 1.0,
+                                               erase=erase, return_state=True)
+                accs[name].append(recall_accuracy(keys[asked] @ state.T, values, asked))
+        for name in curves:
+            curves[name].append(np.mean(accs[name]))
+    for (name, acc), colour in zip(curves.items(), ("C3", "C1", "C0")):
+        axes[1].plot(sizes, acc, marker="o", color=colour, label=name)
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xticks(sizes, [str(n) for n in sizes])
+    axes[1].set_ylim(-0.05, 1.05)
+    axes[1].set_xlabel("pairs written")
+    axes[1].set_ylabel("newest 4 recalled")
+    axes[1].set_title("recall in 16 dimensions")
+    axes[1].legend()
+    for ax in axes:
+        _style(ax)
     return fig

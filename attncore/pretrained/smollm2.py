@@ -501,7 +501,8 @@ def _convert(model: LanguageModel, conv: Callable[[Any], Any]) -> LanguageModel:
             attn, conv(b.ln1_weight), conv(b.ln1_bias), conv(b.ln2_weight),
             conv(b.ln2_bias), conv(b.w_ff1), conv(b.b_ff1), conv(b.w_ff2), conv(b.b_ff2),
             norm_first=b.norm_first, activation=b.activation, eps=b.eps, norm=b.norm,
-            rope_base=b.rope_base, w_ff3=conv(b.w_ff3)))
+            rope_base=b.rope_base, w_ff3=conv(b.w_ff3), w_gate=conv(b.w_gate),
+            q_norm_weight=conv(b.q_norm_weight), k_norm_weight=conv(b.k_norm_weight)))
     return LanguageModel(conv(model.tok_emb), conv(model.pos_emb), blocks,
                          conv(model.lnf_weight), conv(model.lnf_bias), head=conv(model.head),
                          max_len=model.max_len)
