@@ -208,3 +208,18 @@ def test_window_cache_decoding_equals_the_masked_pass(smol):
     assert np.array_equal(masked[9:-1].argmax(-1).numpy(), out[10:])
     with pytest.raises(ValueError, match="sink_tokens: expected 0 without a window"):
         smol.logits(ids, sink_tokens=4)
+
+
+def test_layer_heads_give_the_models_attention_weights(smol):
+    from attncore.lab import long_context
+
+    ids = smol.encode("Attention lets every token look at the earlier ones.")
+    q, k, v = long_context.layer_heads(smol, ids, 3)
+    n = len(ids)
+    assert tuple(q.shape) == tuple(k.shape) == tuple(v.shape) == (9, n, 64)
+    scores = (q @ k.transpose(-1, -2) / 8.0).masked_fill(
+        torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(torch.softmax(scores, -1), smol.attention_weights(ids, 3),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"layer: expected an integer in \[0, 30\)"):
+        long_context.layer_heads(smol, ids, 30)
