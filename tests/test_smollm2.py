@@ -223,3 +223,5 @@ def test_layer_heads_give_the_models_attention_weights(smol):
                                rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match=r"layer: expected an integer in \[0, 30\)"):
         long_context.layer_heads(smol, ids, 30)
+    with pytest.raises(ValueError, match=r"ids: expected a non-empty \(n,\) array"):
+        long_context.layer_heads(smol, [1, 49152], 3)

@@ -78,32 +78,42 @@ def layer_heads(smol: Any, ids: Any, layer: int) -> tuple[Any, Any, Any]:
     q, k, v : arrays of the model's backend and dtype, shape ``(num_heads, n, d_head)``
         ``scaled_dot_product_attention(q, k, v, causal=True)`` is the layer's attention
         per head, before the heads are merged.
+
+    Raises
+    ------
+    ValueError
+        A layer outside ``[0, num_layers)``; ids that are not a non-empty ``(n,)`` array
+        of token ids.
     """
+    from contextlib import nullcontext
+
     import attncore as ac
-    from attncore.language_model import _embed
-    from attncore.transformer import _norm
 
     model = smol.model
     if not 0 <= int(layer) < len(model.blocks):
         raise ValueError(f"layer: expected an integer in [0, {len(model.blocks)}), got "
                          f"{layer!r}")
-    ids = smol._ids(ids, "ids")
-    with smol._no_grad():
-        h = _embed(model, ids, 0)
+    ids = np.asarray(ids.cpu() if hasattr(ids, "cpu") else ids, dtype=np.int64)
+    if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= len(model.tok_emb):
+        raise ValueError(f"ids: expected a non-empty (n,) array of token ids in [0, "
+                         f"{len(model.tok_emb)}), got shape {ids.shape}")
+    torch = sys.modules.get("torch") if smol.backend == "torch" else None
+    with (torch.no_grad() if torch is not None else nullcontext()):
+        h = model.tok_emb[ids if torch is None else torch.as_tensor(
+            ids, device=model.tok_emb.device)]       # Llama: no table of positions
         for block in model.blocks[:layer]:
             h = ac.transformer_block(block, h, causal=True)
         block = model.blocks[layer]
         p = block.attn
-        x = _norm(block, h, 1)
+        x = ac.rms_norm(h, block.ln1_weight, block.eps)   # the block's first RMSNorm
         q = ac.split_heads(x @ p.w_q, p.num_heads)
         k = ac.split_heads(x @ p.w_k, p.n_kv_heads)
         v = ac.split_heads(x @ p.w_v, p.n_kv_heads)
         q, k = ac.rope(q, base=block.rope_base), ac.rope(k, base=block.rope_base)
         group = p.num_heads // p.n_kv_heads
-        if isinstance(k, np.ndarray):
+        if torch is None:
             k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
         else:
-            torch = sys.modules["torch"]
             k = torch.repeat_interleave(k, group, dim=-3)
             v = torch.repeat_interleave(v, group, dim=-3)
     return q, k, v
