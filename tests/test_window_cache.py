@@ -197,3 +197,27 @@ def test_window_cache_is_rolled_back_after_an_overflow_in_the_scores():
     assert cache.length == 4
     for a, b in zip((cache.keys, cache.values, cache.positions), before):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 9])
+def test_window_decoding_is_differentiable_for_every_chunk_size(chunk_size):
+    # the ring overwrites rows that autograd saved for an earlier step: the
+    # differentiable copies are made out of place, so every step keeps its own
+    params = ac.init_multihead(8, 2, n_kv_heads=1, seed=1, backend="torch",
+                               dtype=torch.float64)
+    x0 = torch.from_numpy(np.random.default_rng(2).standard_normal((2, 9, 8)))
+    mask = ac.sliding_window_mask(9, 9, 2, sink_tokens=1, like=x0)
+    grads = []
+    for run in (lambda x: ac.decode(params, x, chunk_size=chunk_size,
+                                    cache=ac.SlidingWindowKVCache.for_layer(
+                                        params, 2, (2,), sink_tokens=1)),
+                lambda x: ac.multi_head_attention(params, x, mask=mask)):
+        x = x0.clone().requires_grad_(True)
+        leaves = [x, params.w_q, params.w_k, params.w_v, params.w_o]
+        for w in leaves[1:]:
+            w.requires_grad_(True)
+        grads.append(torch.autograd.grad((run(x) ** 2).sum(), leaves))
+        for w in leaves[1:]:
+            w.requires_grad_(False)
+    for got, expected in zip(*grads):
+        assert float((got - expected).abs().max()) < 1e-12
