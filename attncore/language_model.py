@@ -22,6 +22,13 @@ With the head tied, the logit of token ``t`` is the dot product of the final sta
 with RoPE the cache's length is the next token's position); with ``use_cache=False`` it
 recomputes the whole prefix at every step instead. Both take the same random draws, so they
 choose the same tokens.
+
+Sliding windows. ``window=W`` (and ``sink_tokens=S``) runs a model trained with full
+attention as if every layer saw only the last ``W`` positions (plus the first ``S``,
+StreamingLLM's attention sinks): :func:`lm_logits` masks each block's attention with
+:func:`~attncore.sliding_window_mask`, and :func:`generate` decodes through one
+:class:`~attncore.SlidingWindowKVCache` per block, of fixed memory, which computes the
+same thing (positions stay absolute: RoPE rotates each key at its place in the sequence).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from ._backend import NUMPY, backend_of, check_flag, check_floating, check_real,
     shape_of
 from .dropout import check_dropout
 from .kvcache import BaseKVCache, KVCache, _check_cache
+from .masks import sliding_window_mask
 from .layers import _layer_norm, _rms_norm
 from .multihead import _numpy_float_dtype
 from .transformer import (
@@ -276,8 +284,21 @@ def _check_ids(model: Any, ids: Any, name: str) -> Any:
     return torch.as_tensor(ids, device=model.tok_emb.device)
 
 
+def check_window_args(window: Any, sink_tokens: Any) -> tuple[int | None, int]:
+    """``window`` (None or ``>= 1``) and ``sink_tokens`` (``>= 0``, and 0 without a
+    window: sink tokens are what a window keeps besides its band)."""
+    sink_tokens = check_size("sink_tokens", sink_tokens, minimum=0)
+    if window is None:
+        if sink_tokens:
+            raise ValueError(f"sink_tokens: expected 0 without a window (every position "
+                             f"is seen already), got {sink_tokens}")
+        return None, 0
+    return check_size("window", window), sink_tokens
+
+
 def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
-              generator: Any = None) -> Any:
+              generator: Any = None, window: int | None = None,
+              sink_tokens: int = 0) -> Any:
     """Next-token logits at every position, the whole sequence in one causal pass.
 
     Parameters
@@ -289,29 +310,42 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
         Dropout in every block (and on the embeddings), for training; 0 at inference.
     generator : numpy.random.Generator or torch.Generator, optional
         The source of the dropout draws.
+    window : int, optional
+        ``W >= 1``: every block's attention sees only the last ``W`` positions, its own
+        included (:func:`~attncore.sliding_window_mask`); None is full causal attention.
+    sink_tokens : int, default 0
+        With ``window``: the first ``S`` positions stay visible to every query too.
 
     Returns
     -------
     array or tensor, shape ``(..., n, vocab_size)``, the model's dtype
-        Row ``t`` scores the token that follows ``ids[..., t]``, from ``ids[..., :t+1]``.
+        Row ``t`` scores the token that follows ``ids[..., t]``, from ``ids[..., :t+1]``
+        (with a window, from the positions the window and the sink tokens keep).
 
     Raises
     ------
     TypeError, ValueError
         A model that is not a :class:`LanguageModel`; ids that are not integers or lie
         outside ``[0, vocab_size)``; more than ``max_len`` positions; a bad ``dropout_p``
-        or generator; an overflow (as :func:`~attncore.multi_head_attention`).
+        or generator; an overflow (as :func:`~attncore.multi_head_attention`); a
+        ``window`` below 1, negative ``sink_tokens``, or sink tokens without a window.
     """
     ids = _check_ids(model, ids, "ids")
     drop = check_dropout(dropout_p, generator, model.backend,
                          like=None if model.backend == NUMPY else model.tok_emb)
+    window, sink_tokens = check_window_args(window, sink_tokens)
     h = _embed(model, ids, 0)
+    mask = None
+    if window is not None:
+        n = int(ids.shape[-1])
+        mask = sliding_window_mask(n, n, window, sink_tokens=sink_tokens, like=h)
     if drop is not None:
         from .dropout import apply_dropout
 
         h = apply_dropout(h, drop)
     for block in model.blocks:
-        h = transformer_block(block, h, causal=True, dropout_p=dropout_p, generator=generator)
+        h = transformer_block(block, h, mask=mask, causal=True, dropout_p=dropout_p,
+                              generator=generator)
     return _head(model, h)
 
 
@@ -434,7 +468,8 @@ def _sample(logits: np.ndarray, u: np.ndarray, temperature: float,
 
 def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: float = 1.0,
              top_k: int | None = None, generator: Any = None,
-             use_cache: bool = True) -> np.ndarray:
+             use_cache: bool = True, window: int | None = None,
+             sink_tokens: int = 0) -> np.ndarray:
     """Extend ``prompt_ids`` by ``n_new`` sampled tokens.
 
     At each step the logits of the last position are divided by ``temperature``, all but
@@ -467,6 +502,13 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     generator : numpy.random.Generator or torch.Generator, optional
         Matching the model's library; ``None`` uses the library's default source.
     use_cache : bool, default True
+    window : int, optional
+        ``W >= 1``: every block attends to the last ``W`` positions only (and the first
+        ``sink_tokens``); the cache is then a :class:`~attncore.SlidingWindowKVCache` per
+        block, whose memory stays ``W + sink_tokens`` positions however long the text,
+        and ``use_cache=False`` recomputes with :func:`lm_logits`'s same ``window``.
+    sink_tokens : int, default 0
+        With ``window``: StreamingLLM's attention sinks, the first positions kept.
 
     Returns
     -------
@@ -478,10 +520,11 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     TypeError, ValueError
         A model that is not a :class:`LanguageModel`; ids outside the vocabulary or not
         integers; more positions than ``max_len``; a bad ``temperature``, ``top_k``,
-        ``n_new`` or generator.
+        ``n_new``, generator, ``window`` or ``sink_tokens``.
     """
     steps = _token_steps(model, prompt_ids, n_new, temperature=temperature, top_k=top_k,
-                         generator=generator, use_cache=use_cache)
+                         generator=generator, use_cache=use_cache, window=window,
+                         sink_tokens=sink_tokens)
     tokens, one = next(steps)
     new = [chosen for chosen in steps]
     if new:
@@ -491,7 +534,8 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
 
 def _token_steps(model: LanguageModel, prompt_ids: Any, n_new: int, *,
                  temperature: Any = 1.0, top_k: Any = None, generator: Any = None,
-                 use_cache: Any = True, name: str = "prompt_ids") -> Any:
+                 use_cache: Any = True, name: str = "prompt_ids", window: Any = None,
+                 sink_tokens: Any = 0) -> Any:
     """:func:`generate`, one step at a time: checks the arguments, yields ``(prompt,
     one)`` (the prompt as an int64 ``(batch, n0)`` array, and whether it was 1-D), then
     the ``(batch,)`` tokens chosen at each of the ``n_new`` steps, as they are chosen
@@ -500,6 +544,7 @@ def _token_steps(model: LanguageModel, prompt_ids: Any, n_new: int, *,
     ids = _check_ids(model, prompt_ids, name)
     n_new = check_size("n_new", n_new, minimum=0)
     use_cache = check_flag("use_cache", use_cache)
+    window, sink_tokens = check_window_args(window, sink_tokens)
     temperature = check_real("temperature", temperature, minimum=0)
     if top_k is not None:
         top_k = check_size("top_k", top_k)
@@ -530,8 +575,9 @@ def _token_steps(model: LanguageModel, prompt_ids: Any, n_new: int, *,
     yield tokens, one
     if n_new == 0:
         return
-    logits_of = _cached_logits(model, batch, n0 + n_new) if use_cache else \
-        (lambda all_ids, new_ids: lm_logits(model, all_ids)[:, -1])
+    logits_of = _cached_logits(model, batch, n0 + n_new, window, sink_tokens) \
+        if use_cache else (lambda all_ids, new_ids: lm_logits(
+            model, all_ids, window=window, sink_tokens=sink_tokens)[:, -1])
     grad = torch.no_grad() if torch is not None else None
     new = ids
     for _ in range(n_new):
@@ -549,11 +595,20 @@ def _token_steps(model: LanguageModel, prompt_ids: Any, n_new: int, *,
         yield chosen
 
 
-def _cached_logits(model: LanguageModel, batch: int, capacity: int) -> Callable[..., Any]:
+def _cached_logits(model: LanguageModel, batch: int, capacity: int,
+                   window: int | None = None, sink_tokens: int = 0) -> Callable[..., Any]:
     """``logits_of(all_ids, new_ids)``: the last position's logits ``(batch, vocab)``,
     running only the new tokens through the blocks, one :class:`~attncore.KVCache` per
-    block holding the earlier ones."""
-    caches = [KVCache.for_layer(b.attn, capacity, (batch,)) for b in model.blocks]
+    block holding the earlier ones (a :class:`~attncore.SlidingWindowKVCache` of
+    ``window`` and ``sink_tokens`` with a window)."""
+    if window is None:
+        caches = [KVCache.for_layer(b.attn, capacity, (batch,)) for b in model.blocks]
+    else:
+        from .window_cache import SlidingWindowKVCache
+
+        caches = [SlidingWindowKVCache.for_layer(b.attn, window, (batch,),
+                                                 sink_tokens=sink_tokens)
+                  for b in model.blocks]
 
     def logits_of(all_ids: Any, new_ids: Any) -> Any:
         h = _embed(model, new_ids, caches[0].length)

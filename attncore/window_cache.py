@@ -49,7 +49,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._backend import NUMPY, check_size, dtype_name
-from .kvcache import BaseKVCache, check_batch_shape, check_cache_layout, check_truncate
+from .kvcache import (
+    BaseKVCache,
+    check_batch_shape,
+    check_cache_layout,
+    check_truncate,
+    numbers_of,
+)
 from .masks import _as_library, window_allowed
 from .multihead import MultiHeadParams
 
@@ -57,12 +63,14 @@ __all__ = ["SlidingWindowKVCache"]
 
 
 class _Undo(NamedTuple):
-    """What the last append overwrote, so that ``truncate`` to its start restores it."""
+    """What the last append overwrote, so that ``truncate`` to its start restores it
+    (and the differentiable buffers before it, see ``_grad``)."""
 
     length: int
     rows: Any
     keys: Any
     values: Any
+    grad: Any
 
 
 class SlidingWindowKVCache(BaseKVCache):
@@ -108,6 +116,14 @@ class SlidingWindowKVCache(BaseKVCache):
         Bytes of the two buffers, ``(sink_tokens + window) * prod(batch_shape) * (d_k +
         d_v)`` numbers, whatever the length.
 
+    Notes
+    -----
+    Gradients (torch), as :class:`~attncore.BaseKVCache` promises: the buffers hold
+    numbers only. While it holds keys and values that autograd recorded, :attr:`keys` and
+    :attr:`values` give them back with their history (from copies of the buffers made out
+    of place at each append); :meth:`reset` drops that history, so a cache emptied after a
+    backward pass is filled and differentiated again.
+
     Raises
     ------
     TypeError, ValueError
@@ -146,6 +162,12 @@ class SlidingWindowKVCache(BaseKVCache):
         self.rope_base = None
         self._undo: _Undo | None = None
         self._seen = np.zeros(0, dtype=np.int64)   # positions of what append returned
+        # The buffers hold numbers only (as every cache's, see BaseKVCache's Notes). While
+        # appends that autograd records are held, ``_grad`` is ``(keys, values)``: the
+        # buffers rebuilt out of place with each append's rows, carrying their history;
+        # None otherwise. A reset drops it, so nothing of a finished sequence's graph
+        # stays attached to the cache.
+        self._grad: tuple[Any, Any] | None = None
 
     @classmethod
     def for_layer(cls, params: MultiHeadParams, window: int,
@@ -176,13 +198,19 @@ class SlidingWindowKVCache(BaseKVCache):
         """Rows held: ``min(length, sink_tokens + window)``."""
         return min(self.length, self.sink_tokens + self.window)
 
+    def _buffers(self) -> tuple[Any, Any]:
+        """The buffers to read: with their autograd history while it is recorded."""
+        if self._grad is not None and sys.modules["torch"].is_grad_enabled():
+            return self._grad
+        return self._k, self._v
+
     @property
     def keys(self) -> Any:
-        return self._k[..., :self.held, :]
+        return self._buffers()[0][..., :self.held, :]
 
     @property
     def values(self) -> Any:
-        return self._v[..., :self.held, :]
+        return self._buffers()[1][..., :self.held, :]
 
     @property
     def positions(self) -> np.ndarray:
@@ -249,9 +277,11 @@ class SlidingWindowKVCache(BaseKVCache):
         stored = (new < self.sink_tokens) | (new >= end - self.window)
         src = np.flatnonzero(stored)
         rows = self._row(new[src])
-        self._undo = _Undo(start, rows, *(_take_rows(b, rows) for b in (self._k, self._v)))
-        _put_rows(self._k, rows, k, src)
-        _put_rows(self._v, rows, v, src)
+        self._undo = _Undo(start, rows, *(_take_rows(b, rows) for b in (self._k, self._v)),
+                           self._grad)
+        _put_rows(self._k, rows, numbers_of(k), src)
+        _put_rows(self._v, rows, numbers_of(v), src)
+        self._grad = _grad_rows(self._grad, (self._k, self._v), rows, (k, v), src)
         self.length = end
         if n > 1:
             return keys, values
@@ -288,6 +318,7 @@ class SlidingWindowKVCache(BaseKVCache):
         elif undo is not None and length == undo.length:
             _put_rows(self._k, undo.rows, undo.keys, None)
             _put_rows(self._v, undo.rows, undo.values, None)
+            self._grad = undo.grad
         else:
             raise ValueError(
                 f"length: a SlidingWindowKVCache of window {self.window} holding positions "
@@ -296,6 +327,8 @@ class SlidingWindowKVCache(BaseKVCache):
                 f" on); it can go back only to {undo.length if undo else self.length} (the "
                 f"last append undone), or to 0")
         self.length = length
+        if length == 0:
+            self._grad = None
         self._undo = None
         self._seen = self.positions
 
@@ -304,6 +337,26 @@ def _concat(a: Any, b: Any) -> Any:
     if isinstance(a, np.ndarray):
         return np.concatenate([a, b], axis=-2)
     return sys.modules["torch"].cat([a, b], dim=-2)
+
+
+def _grad_rows(grad: tuple[Any, Any] | None, buffers: tuple[Any, Any], rows: np.ndarray,
+               new: tuple[Any, Any], src: np.ndarray) -> tuple[Any, Any] | None:
+    """The differentiable buffers after an append of ``new`` (keys, values) into
+    ``rows``: None while no append was recorded by autograd; else the previous ones (or
+    the buffers' numbers) with the new rows copied in out of place, so that each keeps
+    the history of what it holds and nothing is overwritten under autograd's feet."""
+    if isinstance(buffers[0], np.ndarray):
+        return None
+    torch = sys.modules["torch"]
+    recorded = torch.is_grad_enabled() and any(x.requires_grad for x in new)
+    if grad is None and not recorded:
+        return None
+    start = grad if grad is not None else tuple(b.clone() for b in buffers)
+    index = torch.as_tensor(rows, device=buffers[0].device)
+    pick = torch.as_tensor(src, device=buffers[0].device)
+    with torch.enable_grad():            # keep the history of the rows held before
+        return tuple(b.index_copy(b.dim() - 2, index, x.index_select(x.dim() - 2, pick))
+                     for b, x in zip(start, new))
 
 
 def _take_rows(buffer: Any, rows: np.ndarray) -> Any:

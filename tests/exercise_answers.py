@@ -309,6 +309,13 @@ ANSWERS: dict[str, Answers] = {
     "ex-llms-mla-intensity": Answers(
         right={"my_intensity": "2 * 128 * (576 + 512) / (576 * 2)"},
         wrong={"my_intensity": "2 * 128 * 576 / (576 * 2)"}),   # the scores alone
+    # --- chapter 18, windows, sinks and learned sparsity
+    #     (18_windows_sinks_and_sparsity.ipynb) ------------------------------------------
+    "ex-windows-reach": Answers(right={"my_reach": "32 * 4095"},
+                                wrong={"my_reach": "32 * 4096"}),    # the window counts t
+    "ex-windows-sink-logit": Answers(
+        right={"my_sink": "np.log(np.exp([2.0, 1.0, 0.5, -1.0]).sum()) + np.log(3)"},
+        wrong={"my_sink": "np.log(np.exp([2.0, 1.0, 0.5, -1.0]).sum())"}),  # half
     # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
         right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",

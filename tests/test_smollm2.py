@@ -197,3 +197,31 @@ def test_numpy_backend_equals_torch(smol):
     np.testing.assert_allclose(w.sum(-1), 1, rtol=1e-5)
     np.testing.assert_allclose(w, smol.attention_weights(ids, 3).numpy(), atol=1e-5)
     assert np.triu(w, 1).max() == 0
+
+
+def test_window_cache_decoding_equals_the_masked_pass(smol):
+    """Greedy decoding through a SlidingWindowKVCache per layer (window 6 and 2 sink
+    tokens, so the ring wraps) picks the arg-maxes of one pass under the same mask."""
+    ids = smol.encode(PLAIN)[:10]
+    out = smol.generate(ids, 5, window=6, sink_tokens=2, stop_at_eos=False)
+    masked = smol.logits(out, window=6, sink_tokens=2)
+    assert np.array_equal(masked[9:-1].argmax(-1).numpy(), out[10:])
+    with pytest.raises(ValueError, match="sink_tokens: expected 0 without a window"):
+        smol.logits(ids, sink_tokens=4)
+
+
+def test_layer_heads_give_the_models_attention_weights(smol):
+    from attncore.lab import long_context
+
+    ids = smol.encode("Attention lets every token look at the earlier ones.")
+    q, k, v = long_context.layer_heads(smol, ids, 3)
+    n = len(ids)
+    assert tuple(q.shape) == tuple(k.shape) == tuple(v.shape) == (9, n, 64)
+    scores = (q @ k.transpose(-1, -2) / 8.0).masked_fill(
+        torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(torch.softmax(scores, -1), smol.attention_weights(ids, 3),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"layer: expected an integer in \[0, 30\)"):
+        long_context.layer_heads(smol, ids, 30)
+    with pytest.raises(ValueError, match=r"ids: expected a non-empty \(n,\) array"):
+        long_context.layer_heads(smol, [1, 49152], 3)

@@ -123,3 +123,101 @@ def test_bad_window_caches_are_named(call, exc, words):
     with pytest.raises(exc) as info:
         call(layer("numpy"))
     assert words in str(info.value)
+
+
+def _window_gradients(cache=None):
+    params = ac.init_multihead(8, 2, seed=1, backend="torch", dtype=torch.float64)
+    leaves = (params.w_q, params.w_k, params.w_v, params.w_o)
+    for w in leaves:
+        w.requires_grad_(True)
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal((2, 9, 8)))
+    if cache is None:
+        cache = ac.SlidingWindowKVCache.for_layer(params, 3, (2,), sink_tokens=1)
+    out = ac.decode(params, x, chunk_size=2, cache=cache)
+    (out ** 2).sum().backward()
+    want = ac.multi_head_attention(params, x, mask=ac.sliding_window_mask(
+        9, 9, 3, sink_tokens=1, like=x))
+    grads = torch.autograd.grad((want ** 2).sum(), leaves)
+    for w, g in zip(leaves, grads):
+        torch.testing.assert_close(w.grad, g, rtol=1e-12, atol=1e-12)
+    return cache, [w.grad.numpy() for w in leaves]
+
+
+def test_a_reset_window_cache_keeps_no_history_and_is_differentiable_again():
+    # as KVCache: the buffers hold numbers, and a reset forgets the recorded appends
+    cache, first = _window_gradients()
+    assert cache._k.grad_fn is None and not cache._k.requires_grad
+    cache.reset()
+    assert cache._grad is None
+    plain = torch.ones(2, 2, 1, 4, dtype=torch.float64)
+    keys, _ = cache.append(plain, plain)
+    assert not keys.requires_grad
+    cache.reset()
+    _, again = _window_gradients(cache)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    with torch.no_grad():                           # nothing recorded: plain views
+        assert not cache.keys.requires_grad
+
+
+def test_window_cache_refuses_nan_and_infinity_and_changes_nothing():
+    cache = ac.SlidingWindowKVCache(2, (2,), 4, sink_tokens=1)
+    cache.append(np.ones((2, 4, 4)), np.ones((2, 4, 4)))          # the ring has wrapped
+    before = (cache.keys.copy(), cache.values.copy(), cache.positions)
+    for bad, name in ((np.nan, "k"), (np.inf, "v")):
+        for n in (1, 3):
+            k, v = np.full((2, n, 4), 2.0), np.full((2, n, 4), 2.0)
+            (k if name == "k" else v)[1, 0, 2] = bad
+            with pytest.raises(ValueError, match=f"^{name}: expected finite values"):
+                cache.append(k, v)
+            assert cache.length == 4
+            for a, b in zip((cache.keys, cache.values, cache.positions), before):
+                assert np.array_equal(a, b)
+    # through a layer, the NaN is blamed on the input that holds it
+    params = layer("numpy")
+    x = np.random.default_rng(4).standard_normal((1, 6, 8))
+    window = ac.SlidingWindowKVCache.for_layer(params, 2, (1,), sink_tokens=1)
+    ac.decode(params, x[:, :4], cache=window)
+    bad = x[:, 4:].copy()
+    bad[0, 0, 3] = np.nan
+    with pytest.raises(ValueError, match=r"^x: expected finite values"):
+        ac.decode_step(params, bad, window)
+    assert window.length == 4
+
+
+def test_window_cache_is_rolled_back_after_an_overflow_in_the_scores():
+    params = layer("numpy")
+    x = np.random.default_rng(5).standard_normal((1, 6, 8))
+    cache = ac.SlidingWindowKVCache.for_layer(params, 2, (1,), sink_tokens=1)
+    ac.decode(params, x[:, :4], cache=cache)
+    cache._k[..., 0, :] = 1e300                       # a key no projection of x gives
+    before = (cache.keys.copy(), cache.values.copy(), cache.positions)
+    with pytest.raises(ValueError, match=r"scores: expected finite scores"):
+        ac.decode_step(params, x[:, 4:5] * 1e10, cache)
+    assert cache.length == 4
+    for a, b in zip((cache.keys, cache.values, cache.positions), before):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 9])
+def test_window_decoding_is_differentiable_for_every_chunk_size(chunk_size):
+    # the ring overwrites rows that autograd saved for an earlier step: the
+    # differentiable copies are made out of place, so every step keeps its own
+    params = ac.init_multihead(8, 2, n_kv_heads=1, seed=1, backend="torch",
+                               dtype=torch.float64)
+    x0 = torch.from_numpy(np.random.default_rng(2).standard_normal((2, 9, 8)))
+    mask = ac.sliding_window_mask(9, 9, 2, sink_tokens=1, like=x0)
+    grads = []
+    for run in (lambda x: ac.decode(params, x, chunk_size=chunk_size,
+                                    cache=ac.SlidingWindowKVCache.for_layer(
+                                        params, 2, (2,), sink_tokens=1)),
+                lambda x: ac.multi_head_attention(params, x, mask=mask)):
+        x = x0.clone().requires_grad_(True)
+        leaves = [x, params.w_q, params.w_k, params.w_v, params.w_o]
+        for w in leaves[1:]:
+            w.requires_grad_(True)
+        grads.append(torch.autograd.grad((run(x) ** 2).sum(), leaves))
+        for w in leaves[1:]:
+            w.requires_grad_(False)
+    for got, expected in zip(*grads):
+        assert float((got - expected).abs().max()) < 1e-12

@@ -6,6 +6,7 @@ One function per chapter, named after the problem it shows: 1 :func:`soft_lookup
 8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
 11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 14 :func:`causal_work_per_rank`,
 15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`,
+18 :func:`windows_and_sinks`,
 19 :func:`memory_that_only_adds`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
@@ -27,7 +28,7 @@ __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
            "lm_loss_curve", "causal_work_per_rank",
            "programs_over_tiles", "reserved_and_used", "latent_and_speculative",
-           "memory_that_only_adds"]
+           "memory_that_only_adds", "windows_and_sinks"]
 
 SIZE = (8.0, 3.0)
 """Width and height of every opening figure, in inches."""
@@ -702,4 +703,58 @@ def memory_that_only_adds() -> Any:
     axes[1].legend()
     for ax in axes:
         _style(ax)
+    return fig
+
+
+def windows_and_sinks() -> Any:
+    """Chapter 18: which keys a query sees, and what that saves.
+
+    Left, 16 positions under a sliding window of 4 with 2 sink tokens
+    (:func:`attncore.sliding_window_mask`): the band of the last 4 positions, the two
+    first columns kept for every query, and the causal keys the window drops. Right, the
+    scores tiled attention computes (blocks of 128, :func:`attncore.tiled_attention_work`)
+    against the sequence length, causal and with a window of 512: quadratic against
+    linear.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.colors as mcolors
+
+    import attncore as ac
+
+    n, window, sinks = 16, 4, 2
+    band = ac.sliding_window_mask(n, n, window)
+    kept = ac.sliding_window_mask(n, n, window, sink_tokens=sinks)
+    causal = ac.causal_mask(n, n)
+    picture = np.where(band, 3, np.where(kept, 2, np.where(causal, 1, 0)))
+    fig, axes = _figure(2, width_ratios=[1, 1.3])
+    cmap = mcolors.ListedColormap(["white", "0.85", "C1", "C0"])
+    ticks = list(range(0, n, 3))
+    _heatmap(axes[0], picture, rows=ticks, cols=ticks, cmap=cmap, vmin=-0.5, vmax=3.5)
+    axes[0].set_yticks(ticks, ticks)
+    axes[0].set_xticks(ticks, ticks)
+    axes[0].set_title(f"window {window} + {sinks} sink tokens")
+    axes[0].set_xlabel("key")
+    axes[0].set_ylabel("query")
+    from matplotlib.patches import Patch
+
+    axes[0].legend(handles=[Patch(color="C0", label="window"),
+                            Patch(color="C1", label="sinks"),
+                            Patch(color="0.85", label="dropped")],
+                   loc="upper right", fontsize=POINTS, framealpha=1)
+    lengths = [1024, 2048, 4096, 8192, 16384, 32768]
+    for label, kw, colour in (("causal", {}, "C3"), ("window 512", {"window": 512}, "C0")):
+        scores = [ac.tiled_attention_work(m, m, block_size=128, causal=True, **kw)
+                  .score_entries for m in lengths]
+        axes[1].plot(lengths, scores, marker="o", color=colour, label=label)
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("sequence length")
+    axes[1].set_ylabel("scores computed")
+    axes[1].set_title("tiled attention's work, blocks of 128")
+    axes[1].legend()
+    _style(axes[0])
+    _style(axes[1])
     return fig

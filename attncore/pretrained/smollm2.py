@@ -269,13 +269,18 @@ class SmolLM2:
 
         return torch.no_grad()
 
-    def logits(self, ids: Any) -> Any:
+    def logits(self, ids: Any, *, window: int | None = None, sink_tokens: int = 0) -> Any:
         """Next-token logits at every position.
 
         Parameters
         ----------
         ids : integers, shape ``(n,)`` or ``(batch, n)``
             In ``[0, vocab_size)``, at most ``config.context_length`` positions.
+        window : int, optional
+            Run every layer with a sliding window of ``W >= 1`` positions (the model was
+            trained with full attention; see :func:`attncore.lm_logits`).
+        sink_tokens : int, default 0
+            With ``window``: the first positions stay visible (StreamingLLM's sinks).
 
         Returns
         -------
@@ -283,11 +288,13 @@ class SmolLM2:
             Row ``t`` scores the token after ``ids[..., t]``.
         """
         with self._no_grad():
-            return lm_logits(self.model, self._ids(ids, "ids"))
+            return lm_logits(self.model, self._ids(ids, "ids"), window=window,
+                             sink_tokens=sink_tokens)
 
     def generate(self, ids: Any, n_new: int, *, temperature: float = 0.0,
                  top_k: int | None = None, generator: Any = None,
-                 stop_at_eos: bool = True) -> np.ndarray:
+                 stop_at_eos: bool = True, window: int | None = None,
+                 sink_tokens: int = 0) -> np.ndarray:
         """Continue ``ids`` by up to ``n_new`` tokens through the KV cache.
 
         :func:`attncore.generate` with the model's cache: the prompt fills one
@@ -307,12 +314,16 @@ class SmolLM2:
         stop_at_eos : bool, default True
             Stop once the end-of-turn token (:attr:`eos_id`) has been generated (in
             every row of a batch), keeping it.
+        window, sink_tokens : optional
+            Decode through a :class:`~attncore.SlidingWindowKVCache` of ``window``
+            positions plus ``sink_tokens`` per layer (fixed memory); the tokens are those
+            of :meth:`logits` with the same window.
 
         Returns
         -------
         numpy.ndarray of int64: the prompt followed by the new tokens
         """
-        steps = self._steps(ids, n_new, temperature, top_k, generator)
+        steps = self._steps(ids, n_new, temperature, top_k, generator, window, sink_tokens)
         tokens, one = next(steps)
         done = np.zeros(tokens.shape[0], dtype=bool)
         new = []
@@ -326,9 +337,10 @@ class SmolLM2:
         return tokens[0] if one else tokens
 
     def _steps(self, ids: Any, n_new: Any, temperature: Any, top_k: Any,
-               generator: Any) -> Iterator[Any]:
+               generator: Any, window: Any = None, sink_tokens: Any = 0) -> Iterator[Any]:
         steps = _token_steps(self.model, ids, n_new, temperature=temperature, top_k=top_k,
-                             generator=generator, name="ids")
+                             generator=generator, name="ids", window=window,
+                             sink_tokens=sink_tokens)
         return steps
 
     def stream(self, ids: Any, n_new: int, *, temperature: float = 0.0,
