@@ -160,15 +160,19 @@ def _plain_words(model: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class HeadScores:
-    """What each head of a model does, measured (arrays ``(num_layers, num_heads)``).
+    """What each head of a model does, measured: arrays ``(num_layers, num_heads)``.
 
     Attributes
     ----------
-    sink : mean weight on the first token (:func:`sink_weight`), averaged over the prompts
-    previous : mean weight on the previous token (:func:`previous_token_weight`), same
-    induction : on repeated random tokens, the mean weight the second copy's queries put on
-        the token after the earlier copy of the current token
-        (:func:`attncore.lab.training.induction_score`)
+    sink : numpy.ndarray
+        The mean weight on the first token (:func:`sink_weight`), averaged over the prompts.
+    previous : numpy.ndarray
+        The mean weight on the previous token (:func:`previous_token_weight`), averaged over
+        the prompts.
+    induction : numpy.ndarray
+        On repeated random tokens, the mean weight that the second copy's queries put on the
+        token after the earlier copy of the current token
+        (:func:`attncore.lab.training.induction_score`).
     """
 
     sink: np.ndarray
@@ -221,12 +225,21 @@ class HeadStudy:
     Attributes
     ----------
     names : list of str
-        The prompts' names (:data:`FIGURE_PROMPTS`).
-    ids : list of int64 arrays ``(n,)``; tokens : list of lists of str (:func:`display_tokens`)
-    maps : list of float64 arrays ``(num_layers, num_heads, n, n)``, one per prompt
-    repeated_ids : int64 ``(2 * length,)``; repeated_maps : ``(num_layers, num_heads, 2 *
-        length, 2 * length)``
-    scores : HeadScores; roles : array of str ``(num_layers, num_heads)`` (:func:`head_roles`)
+        The prompts' names (the keys of :data:`FIGURE_PROMPTS`).
+    ids : list of numpy.ndarray
+        Each prompt's token ids, int64 ``(n,)``.
+    tokens : list of list of str
+        Each prompt's tokens as :func:`display_tokens` shows them.
+    maps : list of numpy.ndarray
+        Each prompt's attention maps, float64 ``(num_layers, num_heads, n, n)``.
+    repeated_ids : numpy.ndarray
+        The repeated random tokens, int64 ``(2 * length,)``.
+    repeated_maps : numpy.ndarray
+        Their attention maps, float64 ``(num_layers, num_heads, 2 * length, 2 * length)``.
+    scores : HeadScores
+        Every head's measurements (:func:`head_scores`).
+    roles : numpy.ndarray
+        Every head's role, str ``(num_layers, num_heads)`` (:func:`head_roles`).
     """
 
     names: list
