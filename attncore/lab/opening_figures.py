@@ -490,7 +490,7 @@ def first_token_sink() -> Any:
     ax.set_yticks(range(sink.shape[1]))
     ax.set_xlabel("layer")
     ax.set_ylabel("head")
-    ax.set_title("weight on the first token, per head: most of it, in most layers")
+    ax.set_title("SmolLM2: the weight each head gives the first token")
     fig.colorbar(image, ax=ax).ax.tick_params(labelsize=POINTS)
     _style(ax)
     return fig
