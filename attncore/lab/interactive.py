@@ -401,8 +401,9 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
     with the role its measurements give it.
 
     ``study`` is :func:`attncore.lab.real_llm.study_heads` of the model (when None,
-    :func:`~attncore.lab.real_llm.default_study`, computed once per process). Controls: a menu for the prompt, range inputs
-    for the layer and the head. Each map travels as its lower triangle in whole percents.
+    :func:`~attncore.lab.real_llm.default_study`, computed once per process). Controls: a
+    menu for the prompt, range inputs for the layer and the head. Each map travels as its
+    lower triangle in whole percents, one string of numbers per map.
 
     Returns
     -------
@@ -422,20 +423,23 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
                 role = (f"{study.roles[layer, head]}: first token {s.sink[layer, head]:.2f}, "
                         f"previous {s.previous[layer, head]:.2f}, induction "
                         f"{s.induction[layer, head]:.2f}")
+                percents = (str(int(round(100 * w))) for w in maps[layer, head][low])
                 rows.append({"p": p, "layer": layer, "head": head, "role": role,
-                             "w": [int(round(100 * w)) for w in maps[layer, head][low]]})
+                             "w": " ".join(percents)})
     params = [{"name": "prompt", "value": 0,
                "bind": {"input": "select", "options": list(range(len(study.names))),
                         "labels": list(study.names), "name": "prompt "}},
               _range("layer", "layer ", 0, layers - 1, 0),
               _range("head", "head ", 0, heads - 1, 0),
               {"name": "tokens", "value": [list(t) for t in study.tokens]}]
-    # lower-triangle index k (from 0) -> row i, column j
-    unpack = [{"flatten": ["w"]},
+    # one string of whole percents per map (compact in the stored notebook); lower-triangle
+    # index k (from 0) -> row i, column j
+    unpack = [{"calculate": "split(datum.w, ' ')", "as": "ws"},
+              {"flatten": ["ws"]},
               {"window": [{"op": "row_number", "as": "k"}]},
               {"calculate": "floor((sqrt(8 * (datum.k - 1) + 1) - 1) / 2)", "as": "i"},
               {"calculate": "datum.k - 1 - datum.i * (datum.i + 1) / 2", "as": "j"},
-              {"calculate": "datum.w / 100", "as": "weight"}]
+              {"calculate": "toNumber(datum.ws) / 100", "as": "weight"}]
     x = {"field": "j", "type": "ordinal", "title": "key (attended to)",
          "axis": {"labelExpr": "tokens[prompt][datum.value]", "labelAngle": -50}}
     y = {"field": "i", "type": "ordinal", "title": "query (attending)",

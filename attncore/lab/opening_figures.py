@@ -4,7 +4,8 @@ One function per chapter, named after the problem it shows: 1 :func:`soft_lookup
 2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
 5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`rotary_scores`,
 8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
-11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 13 :func:`first_token_sink`, 14 :func:`causal_work_per_rank`,
+11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 13 :func:`first_token_sink`,
+14 :func:`causal_work_per_rank`,
 15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
