@@ -26,6 +26,13 @@ _SWAP_HEADS = ("def swap_heads(p):\n"
                "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
                "                   b_v=p.b_v[order]")
 
+# Chapter 13's Q4_1 round trip of one block, with the rounding of the codes as a slot.
+_Q4_1 = ("def my_q4_1(block):\n"
+         "    lo, hi = block.min(), block.max()\n"
+         "    d = (hi - lo) / 15\n"
+         "    q = np.clip({rounding}((block - lo) / d), 0, 15)\n"
+         "    return np.float32(np.float16(d)) * q + np.float32(np.float16(lo))")
+
 # Chapter 14's row log-sum-exp kernel, with the mask of the last tile of columns as a slot.
 _ROW_LSE = """import triton
 import triton.language as tl
@@ -272,6 +279,15 @@ ANSWERS: dict[str, Answers] = {
     "ex-capstone-cache-work": Answers(
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
+    # --- chapter 13, a real LLM (13_a_real_llm.ipynb) ------------------------------------
+    "ex-real-llm-quantize": Answers(
+        right={"my_q4_1": _Q4_1.format(rounding="np.round")},
+        wrong={"my_q4_1": _Q4_1.format(rounding="np.floor")}),   # truncated codes
+    "ex-real-llm-cache-crossover": Answers(
+        right={"my_tokens": "math.ceil(96576768 / (2 * 30 * 3 * 64 * 2))"},
+        wrong={"my_tokens": "math.ceil(96576768 / (2 * 30 * 9 * 64 * 2))"}),  # 9 kv heads
+    "ex-real-llm-sink-score": Answers(right={"my_score": "math.log(900)"},
+                                      wrong={"my_score": "math.log(9)"}),   # share / rest
     # --- chapter 14, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
                                  wrong={"my_ratio": "8"}),   # blocks, not scores

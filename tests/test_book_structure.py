@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -483,6 +484,8 @@ def _script(name: str):
 
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    # registered first: a dataclass in the script looks its module up in sys.modules
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -394,12 +394,80 @@ def minilm_heads_figure(text: str = DEFAULT_SENTENCE, *, model: Any = None) -> I
                    f"sentence {text!r}", params, body, rows, ["layer", "head"])
 
 
+# --- chapter 13: what each head of a real LLM attends to -----------------------------------
+
+def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
+    """Every head's attention weights on a few short prompts, as SmolLM2-135M computes them,
+    with the role its measurements give it.
+
+    ``study`` is :func:`attncore.lab.real_llm.study_heads` of the model (when None,
+    :func:`~attncore.lab.real_llm.default_study`, computed once per process). Controls: a
+    menu for the prompt, range inputs for the layer and the head. Each map travels as its
+    lower triangle in whole percents, one string of numbers per map.
+
+    Returns
+    -------
+    InteractiveFigure
+    """
+    from attncore.lab import real_llm
+
+    if study is None:
+        study = real_llm.default_study()
+    layers, heads = study.roles.shape
+    s = study.scores
+    rows = []
+    for p, maps in enumerate(study.maps):
+        low = np.tril_indices(maps.shape[-1])
+        for layer in range(layers):
+            for head in range(heads):
+                role = (f"{study.roles[layer, head]}: first token {s.sink[layer, head]:.2f}, "
+                        f"previous {s.previous[layer, head]:.2f}, induction "
+                        f"{s.induction[layer, head]:.2f}")
+                percents = (str(int(round(100 * w))) for w in maps[layer, head][low])
+                rows.append({"p": p, "layer": layer, "head": head, "role": role,
+                             "w": " ".join(percents)})
+    params = [{"name": "prompt", "value": 0,
+               "bind": {"input": "select", "options": list(range(len(study.names))),
+                        "labels": list(study.names), "name": "prompt "}},
+              _range("layer", "layer ", 0, layers - 1, 0),
+              _range("head", "head ", 0, heads - 1, 0),
+              {"name": "tokens", "value": [list(t) for t in study.tokens]}]
+    # one string of whole percents per map (compact in the stored notebook); lower-triangle
+    # index k (from 0) -> row i, column j
+    unpack = [{"calculate": "split(datum.w, ' ')", "as": "ws"},
+              {"flatten": ["ws"]},
+              {"window": [{"op": "row_number", "as": "k"}]},
+              {"calculate": "floor((sqrt(8 * (datum.k - 1) + 1) - 1) / 2)", "as": "i"},
+              {"calculate": "datum.k - 1 - datum.i * (datum.i + 1) / 2", "as": "j"},
+              {"calculate": "toNumber(datum.ws) / 100", "as": "weight"}]
+    x = {"field": "j", "type": "ordinal", "title": "key (attended to)",
+         "axis": {"labelExpr": "tokens[prompt][datum.value]", "labelAngle": -50}}
+    y = {"field": "i", "type": "ordinal", "title": "query (attending)",
+         "axis": {"labelExpr": "tokens[prompt][datum.value]"}}
+    cells = {"transform": unpack, "mark": "rect", "width": 280, "height": 280,
+             "encoding": {"x": x, "y": y,
+                          "color": {"field": "weight", "type": "quantitative",
+                                    "title": "weight",
+                                    "scale": {"domain": [0, 1], "scheme": "viridis"}}}}
+    role = {"mark": {"type": "text", "align": "left", "fontSize": 12},
+            "encoding": {"text": {"field": "role"}, "x": {"value": 0}},
+            "width": 280, "height": 16}
+    body = {"transform": [{"filter": "datum.p == prompt && datum.layer == layer && "
+                                     "datum.head == head"}],
+            "vconcat": [role, cells]}
+    return _figure("What one head of SmolLM2 attends to",
+                   f"attention weights of each of SmolLM2's {layers * heads} heads on "
+                   f"{len(study.names)} short prompts, with each head's measured role",
+                   params, body, rows, ["prompt", "layer", "head"])
+
+
 FIGURES: dict[str, Any] = {
     "softmax_saturation_figure": softmax_saturation_figure,
     "mask_figure": mask_figure,
     "rope_rotation_figure": rope_rotation_figure,
     "online_softmax_figure": online_softmax_figure,
     "minilm_heads_figure": minilm_heads_figure,
+    "real_llm_heads_figure": real_llm_heads_figure,
 }
 """Every figure of this module by name (the tests draw each one)."""
 
