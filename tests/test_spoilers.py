@@ -19,6 +19,11 @@ reader sees" is
   ``mystnb.image.alt``), which the site shows.
 
 Code cells' source is not searched: a literal in code is the author's, not a result.
+
+An answer that is an integer of two or three digits (10 to 999: a threshold, a count, a
+length) is searched for as well, as a whole number standing alone: 448 or 448.0, not 4480,
+0.448, 1,448, float16 or H100. A one-digit answer is not: a digit stands in nearly every
+sentence.
 """
 
 from __future__ import annotations
@@ -63,18 +68,32 @@ def significant_digits(value: int | float) -> int:
     return len(Decimal(repr(value)).normalize().as_tuple().digits)
 
 
-def answer_numbers(answers: dict[str, str]) -> list[int | float]:
-    """The numbers of four or more significant digits in an exercise's right answers (each
-    an expression, evaluated as the exercise cell would; a ``def`` is not a number)."""
+def _answer_values(answers: dict[str, str]) -> list[int | float]:
+    """Every finite number in an exercise's right answers (each an expression, evaluated as
+    the exercise cell would; a ``def`` is not a number)."""
     found = []
     for source in answers.values():
         try:
             value = eval(compile(source, "<answer>", "eval"), {"math": math, "np": np})
         except SyntaxError:
             continue                                  # a statement: a def, not a number
-        found += [n for n in _numbers(value)
-                  if math.isfinite(n) and significant_digits(n) >= MIN_SIGNIFICANT]
+        found += [n for n in _numbers(value) if math.isfinite(n)]
     return found
+
+
+def answer_numbers(answers: dict[str, str]) -> list[int | float]:
+    """The numbers of four or more significant digits in an exercise's right answers."""
+    return [n for n in _answer_values(answers) if significant_digits(n) >= MIN_SIGNIFICANT]
+
+
+SMALL_INTEGERS = range(10, 1000)
+
+
+def answer_small_integers(answers: dict[str, str]) -> list[int]:
+    """The integers of two or three digits in an exercise's right answers (a count, a length,
+    a threshold; a float that happens to be whole, a ratio of 16.0 say, is a measurement)."""
+    return [n for n in _answer_values(answers)
+            if isinstance(n, int) and abs(n) in SMALL_INTEGERS]
 
 
 # --- numbers in text --------------------------------------------------------------------------
@@ -117,6 +136,22 @@ def shows(text: str, answer: int | float) -> list[tuple[int, int]]:
         if rounded == value:
             spans.append(span)
     return spans
+
+
+# A whole number standing alone: no letter, digit, "_" or "." just before it (float16, H100,
+# 0.448), not an exponent (1e-12), no digit or letter just after it, possibly with zero
+# decimals (448.00).
+WHOLE = re.compile(r"(?<![\w.])(?<![eE][-+])(?P<int>\d+)(?:\.(?P<frac>0+))?(?![\w]|\.\d)")
+
+
+def shows_integer(text: str, answer: int) -> list[tuple[int, int]]:
+    """Where ``text`` shows the whole number ``answer`` (its sign aside) standing alone, not as
+    a group of a longer number (1,448)."""
+    grouped = [m.span() for pattern in GROUPED for m in pattern.finditer(text)
+               if re.search(r"\D", m.group("int"))]
+    return [m.span() for m in WHOLE.finditer(text)
+            if int(m.group("int")) == abs(answer)
+            and not any(a <= m.start() and m.end() <= b for a, b in grouped)]
 
 
 # --- what a reader sees before an exercise ----------------------------------------------------
@@ -176,8 +211,9 @@ def seen_text(cell: dict, values: dict[str, str]) -> list[tuple[str, str]]:
     return texts
 
 
-def leaks(nb: dict, label: str, numbers: list) -> list[str]:
-    """Every place before exercise ``label`` in ``nb`` that shows one of ``numbers``."""
+def leaks(nb: dict, label: str, numbers: list, small: list = ()) -> list[str]:
+    """Every place before exercise ``label`` in ``nb`` that shows one of ``numbers`` (to four
+    or more significant digits) or one of the whole numbers ``small`` (standing alone)."""
     at = exercise_cell(nb, label)
     if at is None:
         return []
@@ -188,11 +224,12 @@ def leaks(nb: dict, label: str, numbers: list) -> list[str]:
         for where, text in seen_text(cell, values):
             if i == index:
                 text = text[:offset]                  # the exercise cell, above the exercise
-            for n in numbers:
-                for start, end in shows(text, n):
-                    context = " ".join(text[max(0, start - 50):end + 30].split())
-                    found.append(f"cells[{i}], {where}: {text[start:end]!r} is the answer "
-                                 f"{n:g}: ...{context}...")
+            spans = [(n, span) for n in numbers for span in shows(text, n)]
+            spans += [(n, span) for n in small for span in shows_integer(text, n)]
+            for n, (start, end) in spans:
+                context = " ".join(text[max(0, start - 50):end + 30].split())
+                found.append(f"cells[{i}], {where}: {text[start:end]!r} is the answer "
+                             f"{n:g}: ...{context}...")
     return found
 
 
@@ -200,6 +237,8 @@ def leaks(nb: dict, label: str, numbers: list) -> list[str]:
 
 CHECKED = {label: answer_numbers(a.right) for label, a in ANSWERS.items()}
 CHECKED = {label: numbers for label, numbers in CHECKED.items() if numbers}
+SMALL = {label: answer_small_integers(a.right) for label, a in ANSWERS.items()}
+SMALL = {label: numbers for label, numbers in SMALL.items() if numbers}
 
 
 def _chapters() -> dict[str, dict]:
@@ -215,13 +254,22 @@ def test_every_checked_exercise_with_a_long_answer_is_in_a_chapter():
     assert len(CHECKED) >= 10, CHECKED
 
 
-@pytest.mark.parametrize("label", sorted(CHECKED))
+@pytest.mark.parametrize("label", sorted(set(CHECKED) | set(SMALL)))
 def test_no_answer_before_its_exercise(label):
     found = []
+    numbers, small = CHECKED.get(label, []), SMALL.get(label, [])
     for name, nb in _chapters().items():
-        found += [f"{name}, {leak}" for leak in leaks(nb, label, CHECKED[label])]
-    assert not found, (f"{label}'s answer ({', '.join(f'{n:g}' for n in CHECKED[label])}) "
+        found += [f"{name}, {leak}" for leak in leaks(nb, label, numbers, small)]
+    assert not found, (f"{label}'s answer ({', '.join(f'{n:g}' for n in numbers + small)}) "
                        "is shown before the exercise:\n" + "\n".join(found))
+
+
+def test_every_checked_exercise_with_a_small_whole_answer_is_in_a_chapter():
+    chapters = _chapters()
+    missing = [label for label in SMALL
+               if not any(exercise_cell(nb, label) for nb in chapters.values())]
+    assert not missing, f"exercises not found in any chapter: {missing}"
+    assert len(SMALL) >= 3, SMALL
 
 
 # --- the check itself -------------------------------------------------------------------------
@@ -242,6 +290,39 @@ def test_the_forms_a_reader_sees():
     assert answer_numbers({"a": "4 * 384 * 384 + 4 * 384", "b": "512", "c": "5.99",
                            "d": "[20 / 49, 0.5]", "f": "def f():\n    return 1408"}) == \
         [4 * 384 * 384 + 4 * 384, 20 / 49]
+
+
+def test_the_forms_of_a_small_whole_answer():
+    for text in ("448", "d_k = 448.", "(448, 512)", "448.0", "-448", "448 %", "$448$",
+                 "448-dimensional", "from 448 on"):
+        assert shows_integer(text, 448), text
+    for text in ("4480", "0.448", "44.8", "448.5", "1,448", "1 448", "float448", "H448",
+                 "448e2", "4.48e2", "fig-x448", "1448", "1e-448", "2E+448"):
+        assert not shows_integer(text, 448), text
+    assert shows_integer("a mean of -32.00", -32)
+    assert answer_small_integers({"a": "448", "b": "2 * (64 / 8) / 1", "c": "[1, 2, 3]",
+                                  "d": "5.99", "e": "1152", "f": "-32"}) == [448, -32]
+
+
+def test_the_check_catches_a_small_whole_answer_and_passes_a_clean_chapter():
+    # A fixture chapter whose exercise asks for a threshold of 448: the number printed in a
+    # table above the exercise is caught; the same chapter without that row is not, and
+    # neither are 4480, 0.448 and float448 above it, nor 448 in the solution below it.
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+
+    nb = notebook_fixtures.conventions_notebook()
+    ex = next(i for i, c in enumerate(nb.cells) if ":label: ex-fixture-sum" in c.source)
+    innocent = new_code_cell("show()", outputs=[new_output(
+        "stream", name="stdout", text="sizes 4480 and 0.448, dtype float448\n")])
+    nb.cells.insert(ex, innocent)
+    nb.cells.append(new_markdown_cell("The threshold is 448."))
+    clean = json.loads(json.dumps(nb))
+    assert not leaks(clean, "ex-fixture-sum", [], [448])
+    table = new_code_cell("table()", outputs=[new_output(
+        "stream", name="stdout", text="d_k   ratio\n384   2.1%\n448   1.9%\n")])
+    nb.cells.insert(ex, table)
+    found = leaks(json.loads(json.dumps(nb)), "ex-fixture-sum", [], [448])
+    assert [f.split(":")[0] for f in found] == [f"cells[{ex}], printed output"], found
 
 
 def test_the_check_sees_what_comes_before_the_exercise_and_nothing_after():

@@ -2,10 +2,10 @@
 
 One function per chapter, named after the problem it shows: 1 :func:`soft_lookup`,
 2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
-5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`score_memory`,
-8 :func:`softmax_gradient`, 9 :func:`kv_cache_growth`, 10 :func:`minilm_head`,
-11 :func:`lm_loss_curve`, 12 :func:`causal_work_per_rank`, 13 :func:`cache_per_token`,
-14 :func:`programs_over_tiles`.
+5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`rotary_scores`,
+8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
+11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 14 :func:`causal_work_per_rank`,
+15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`.
 Each computes what it shows with attncore, draws it on a new white figure of 8 x 3 inches
 with text at 9 pt or more, and returns the :class:`matplotlib.figure.Figure`; the same call
 draws the same figure (fixed seeds, no timing). A chapter shows it with::
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
-           "causal_scores", "heads_on_a_sentence", "blind_to_order",
+           "causal_scores", "heads_on_a_sentence", "blind_to_order", "rotary_scores",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
-           "lm_loss_curve", "causal_work_per_rank", "cache_per_token",
-           "programs_over_tiles"]
+           "lm_loss_curve", "causal_work_per_rank",
+           "programs_over_tiles", "reserved_and_used", "latent_and_speculative"]
 
 SIZE = (8.0, 3.0)
 """Width and height of every opening figure, in inches."""
@@ -233,11 +233,12 @@ def heads_on_a_sentence() -> Any:
 
 
 def blind_to_order() -> Any:
-    """Chapter 6: without positions, a word's output ignores where it stands; with RoPE not.
+    """Chapter 6: without positions, a word's output ignores where it stands; with them not.
 
     "the dog bites the man" and "the man bites the dog" through one seeded multi-head
     layer: for each word of the second sentence, the largest difference between its output
-    and the same word's output in the first, without positions and with RoPE.
+    and the same word's output in the first, without positions and with the sinusoidal
+    encoding added to the word vectors.
 
     Returns
     -------
@@ -252,12 +253,14 @@ def blind_to_order() -> Any:
     x1 = np.stack([embedding[w] for w in first])
     x2 = np.stack([embedding[w] for w in second])
     params = ac.init_multihead(16, 4, seed=6)
+    positions = ac.sinusoidal_positions(5, 16)
     # Where each word of the second sentence stands in the first (the two "the" keep
     # their order).
     where = [1 if w == "dog" else 4 if w == "man" else i for i, w in enumerate(second)]
     diffs = {}
     for name, run in (("no positions", lambda x: ac.multi_head_attention(params, x)),
-                      ("RoPE", lambda x: ac.rope_multi_head_attention(params, x))):
+                      ("sinusoidal positions",
+                       lambda x: ac.multi_head_attention(params, x + positions))):
         out1, out2 = run(x1), run(x2)
         diffs[name] = np.abs(out2 - out1[where]).max(axis=1)
     fig, axes = _figure(2, sharey=True)
@@ -265,13 +268,47 @@ def blind_to_order() -> Any:
     for ax, (name, d), colour in zip(axes, diffs.items(), ("0.5", "tab:orange")):
         ax.bar(range(5), d, color=colour)
         ax.set_xticks(range(5), labels)
-        ax.set_title(f"{name}: " + ("same output, moved" if name != "RoPE"
-                                    else "the output depends on the place"))
+        ax.set_title(f"{name}: " + ("same output, moved" if name == "no positions"
+                                    else "output depends on the place"))
         _style(ax)
-    axes[0].text(2, 0.5 * diffs["RoPE"].max(), "0 (up to rounding)"
+    top = diffs["sinusoidal positions"].max()
+    axes[0].text(2, 0.5 * top, "0 (up to rounding)"
                  if diffs["no positions"].max() < 1e-12 else "not 0",
                  ha="center", fontsize=POINTS)
     axes[0].set_ylabel("largest change in the\nword's output")
+    return fig
+
+
+def rotary_scores() -> Any:
+    """Chapter 7: with RoPE a score depends on the two positions only through their offset.
+
+    One seeded query and one seeded key, the query placed at every position m and the key at
+    every position n from 0 to 15: the score with the sinusoidal encoding added to both
+    vectors, and the score with both vectors rotated by RoPE.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import attncore as ac
+
+    n, d = 16, 16
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((2, d))
+    pos = np.arange(n)
+    pe = ac.sinusoidal_positions(n, d)
+    added = (q + pe) @ (k + pe).T / math.sqrt(d)                  # [m, n]
+    rotated = (ac.rope(np.tile(q, (n, 1)), pos) @ ac.rope(np.tile(k, (n, 1)), pos).T
+               / math.sqrt(d))
+    fig, axes = _figure(2)
+    for ax, m, title in ((axes[0], added, "positions added: depends on m and n"),
+                         (axes[1], rotated, "RoPE: depends on n - m only")):
+        image = _heatmap(ax, m, cmap="RdBu_r", vmin=-np.abs(m).max(), vmax=np.abs(m).max())
+        ax.set_xticks([0, 5, 10, 15])
+        ax.set_yticks([0, 5, 10, 15])
+        ax.set(xlabel="key position n", ylabel="query position m", title=title)
+        _style(ax)
+        fig.colorbar(image, ax=ax, shrink=0.85)
     return fig
 
 
@@ -431,7 +468,7 @@ def lm_loss_curve() -> Any:
 
 
 def causal_work_per_rank() -> Any:
-    """Chapter 12: causal attention's work per rank, contiguous shards against zigzag.
+    """Chapter 14: causal attention's work per rank, contiguous shards against zigzag.
 
     16 positions on 4 ranks: each query row of the causal score matrix coloured by the
     rank that holds it, and the number of query-key pairs each rank computes.
@@ -472,17 +509,8 @@ def causal_work_per_rank() -> Any:
     return fig
 
 
-def cache_per_token() -> Any:
-    """Chapter 13: KV-cache bytes per token for DeepSeek-V2's sizes, four ways.
-
-    60 layers, 128 heads of width 128, 16-bit numbers: multi-head (a key and a value per
-    head), grouped-query with 8 groups, multi-query, and multi-head latent attention,
-    which caches a latent of width 512 and a RoPE key of width 64 per layer.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
+def _cache_bars(ax: Any) -> None:
+    """KV-cache KiB per token for DeepSeek-V2's sizes, four ways, as bars on ``ax``."""
     from attncore.lab.inference import ModelShape, kv_cache_bytes
 
     shape = ModelShape("DeepSeek-V2 sizes", 60, 128 * 128, 128, 128, 128, 236e9, 4096)
@@ -492,8 +520,6 @@ def cache_per_token() -> Any:
                  "MQA\n1 kv head": kv_cache_bytes(shape, 1, kv_heads=1),
                  "MLA\nlatent 512 + 64": layers * (d_latent + d_rope) * 2}
     kib = np.array(list(per_token.values())) / 2 ** 10
-    fig, axes = _figure(1)
-    ax = axes
     bars = ax.barh(list(per_token), kib, color=["C0", "C1", "C2", "C3"])
     ax.bar_label(bars, [f"{v:,.1f} KiB" for v in kib], fontsize=POINTS, padding=3)
     ax.set_xscale("log")
@@ -501,11 +527,76 @@ def cache_per_token() -> Any:
     ax.invert_yaxis()
     ax.set_xlabel("KV cache per token (KiB, log scale)")
     _style(ax)
+
+
+def latent_and_speculative() -> Any:
+    """Chapter 17: two ways to get more tokens out of each read of memory.
+
+    Left, the KV cache per token for DeepSeek-V2's sizes (60 layers, 128 heads of width
+    128, 16-bit numbers): multi-head, grouped-query with 8 groups, multi-query, and
+    multi-head latent attention, which caches a latent of width 512 and a RoPE key of
+    width 64 per layer. Right, speculative decoding: the expected
+    tokens per call of the target model, ``(1 - a**(g + 1)) / (1 - a)``, against the
+    number ``g`` of drafted tokens, for three acceptance rates ``a``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = _figure(2, width_ratios=[1.25, 1])
+    _cache_bars(axes[0])
+    axes[0].set_title("what a step reads per cached token")
+    _style(axes[0])
+    gamma = np.arange(0, 9)
+    for alpha, colour in ((0.6, "C4"), (0.8, "C5"), (0.9, "C6")):
+        tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        axes[1].plot(gamma, tokens, marker="o", color=colour, label=f"{alpha}")
+    axes[1].set_xlabel("tokens drafted per round")
+    axes[1].set_ylabel("tokens per target call")
+    axes[1].set_title("what a step emits")
+    axes[1].legend(title="acceptance rate", title_fontsize=POINTS)
+    _style(axes[1])
+    return fig
+
+
+def reserved_and_used() -> Any:
+    """Chapter 16: cache memory a server reserves for sequences against what they use.
+
+    Eight sequences whose lengths are drawn from the log-normal workload of the chapter
+    (median about 150 tokens, at most 2048): a contiguous cache reserves the maximum,
+    2048 positions, for each; a paged cache holds blocks of 16 positions as the sequence
+    grows (:func:`attncore.lab.serving.block_usage`, from real caches).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from attncore.lab.serving import block_usage
+
+    lengths = np.random.default_rng(11).lognormal(5.0, 1.0, size=8).astype(int)
+    lengths = np.clip(lengths, 1, 2048).tolist()
+    fig, axes = _figure(2, sharey=True)
+    rows = np.arange(len(lengths))
+    for ax, (title, held) in zip(axes, (
+            ("contiguous, 2048 each", [2048] * len(lengths)),
+            ("paged: blocks of 16 as needed",
+             [block_usage([n], max_length=2048, block_size=16).paged for n in lengths]))):
+        ax.barh(rows, held, color="0.85", label="held, unused")
+        ax.barh(rows, lengths, color="C0", label="used")
+        usage = 1 - sum(lengths) / sum(held)
+        ax.set_title(f"{title}: {usage:.0%} unused")
+        ax.set_xlim(0, 2048)
+        ax.set_xticks([0, 512, 1024, 1536, 2048])
+        ax.set_xlabel("cache positions")
+        _style(ax)
+    axes[0].set_yticks(rows, [f"seq {r}" for r in rows])
+    axes[0].invert_yaxis()
+    axes[1].legend(loc="lower right")
     return fig
 
 
 def programs_over_tiles() -> Any:
-    """Chapter 14: a flash-attention kernel's programs over the tiles of causal scores.
+    """Chapter 15: a flash-attention kernel's programs over the tiles of causal scores.
 
     128 queries and keys in tiles of 32: each program owns one row of tiles (one tile of
     queries) and walks the key tiles left to right; under a causal mask it skips the tiles

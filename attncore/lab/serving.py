@@ -7,8 +7,9 @@ with, and the measurements of paged and quantized caches.
   target call, and by speculative sampling with :func:`attncore.speculative_accept`
 * :func:`markov_sequences` -- many short sequences from a Markov chain, sampled either way,
   for a Monte Carlo check of the output distribution
-* :func:`counts_of`, :func:`chi_square_test` -- Pearson's goodness-of-fit test of those
-  samples against the target's probabilities
+* :func:`counts_of`, :func:`pooled_cells`, :func:`chi_square_test` -- Pearson's
+  goodness-of-fit test of those samples against the target's probabilities, with the
+  cells of small expected count pooled first
 * :func:`block_usage` -- slots reserved by a contiguous allocator and by a paged one for a
   workload of sequence lengths
 * :func:`keys_with_outlier_channels`, :func:`int8_errors` -- keys shaped like a trained
@@ -29,7 +30,8 @@ from ..speculative import speculative_accept
 from .sentences import DETERMINER_SENTENCES, RETRIEVAL_PAIRS
 
 __all__ = ["SHIPPED_TEXT", "BlockUsage", "CharNgram", "Int8Errors", "SpeculativeRun",
-           "block_usage", "chi_square_test", "counts_of", "int8_errors", "keys_with_outlier_channels", "markov_sequences",
+           "block_usage", "chi_square_test", "counts_of", "int8_errors",
+           "keys_with_outlier_channels", "markov_sequences", "pooled_cells",
            "sample_autoregressive", "speculative_generate"]
 
 #: The course's hand-written sentences, lower-cased, one text (about 2200 characters).
@@ -244,6 +246,54 @@ def counts_of(sequences: np.ndarray, vocab: int) -> np.ndarray:
     codes = sequences @ (vocab ** np.arange(length - 1, -1, -1))
     counter = Counter(codes.tolist())
     return np.array([counter.get(i, 0) for i in range(vocab ** length)], dtype=np.int64)
+
+
+def pooled_cells(counts: np.ndarray, probabilities: np.ndarray, *,
+                 min_expected: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    """Merge the cells whose expected count ``counts.sum() * p`` is below ``min_expected``
+    into one cell, for :func:`chi_square_test`.
+
+    Pearson's statistic follows its chi-square law only approximately, and the usual rule
+    of thumb asks for an expected count of about 5 or more in every cell; a cell expected
+    to hold 0.4 samples would weigh ``(count - 0.4)^2 / 0.4`` and dominate the sum. The
+    small cells are summed (their counts and their probabilities) into one last cell;
+    while that cell's own expected count is still below ``min_expected``, the smallest of
+    the kept cells joins it.
+
+    Parameters
+    ----------
+    counts, probabilities : 1-D arrays of one length
+        Observed counts, and probabilities (every one > 0, summing to 1).
+    min_expected : float, default 5.0
+
+    Returns
+    -------
+    counts, probabilities : 1-D arrays
+        The kept cells in their order, then the pooled cell (if any cell was pooled).
+
+    Raises
+    ------
+    ValueError
+        Arrays that are not 1-D of one length; no cell expected to reach
+        ``min_expected`` even when every cell is pooled.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if counts.shape != probabilities.shape or counts.ndim != 1:
+        raise ValueError(f"counts, probabilities: expected two 1-D arrays of one length, "
+                         f"got shapes {counts.shape} and {probabilities.shape}")
+    expected = counts.sum() * probabilities
+    if expected.sum() < min_expected:
+        raise ValueError(f"min_expected: all cells together expect {expected.sum():.3g} "
+                         f"samples, fewer than min_expected={min_expected}")
+    small = expected < min_expected
+    while small.any() and expected[small].sum() < min_expected:
+        kept = np.flatnonzero(~small)
+        small[kept[np.argmin(expected[kept])]] = True
+    if not small.any():
+        return counts, probabilities
+    return (np.append(counts[~small], counts[small].sum()),
+            np.append(probabilities[~small], probabilities[small].sum()))
 
 
 def chi_square_test(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, float]:

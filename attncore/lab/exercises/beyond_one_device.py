@@ -1,10 +1,9 @@
-"""Checkers for the exercises of chapter 12, beyond one device and beyond softmax.
+"""Checkers for the exercises of chapter 14, beyond one device and beyond softmax.
 
-Each checker recomputes what it compares with: the bytes from the chapter's counting
-formulas (which the chapter checks against bytes counted in real runs), the load
-imbalance by counting the causal blocks chunk by chunk, and the variance of the random
-features from the formula the chapter proves. Hints point at the method, never at the
-number.
+Each checker recomputes what it compares with: the load imbalance by counting the causal
+blocks chunk by chunk, the bytes of ring attention and Ulysses with grouped-query attention
+by counting what each rank sends, and the variance of antithetic random features from
+the moments of a Gaussian. Hints point at the method, never at the number.
 """
 
 from __future__ import annotations
@@ -13,42 +12,47 @@ import math
 
 from . import Verdict, exercise, real_answer
 
-# ex-beyond-bytes: one attention layer's forward pass, sharded over P ranks.
-BYTES_P, BYTES_N, BYTES_HEADS, BYTES_D, BYTES_PER_NUMBER = 8, 131_072, 32, 128, 2
-GIB = 2**30
+# ex-beyond-gqa-bytes: query heads, key/value heads, ranks (the width, the length and
+# the bytes per number cancel in the ratio, and are given only to count with)
+GQA_HEADS, GQA_KV_HEADS, GQA_P, GQA_N, GQA_D, GQA_B = 32, 8, 8, 4096, 128, 2
 
 # ex-beyond-balance: the causal ring on P ranks.
 BALANCE_P = 8
 
-# ex-beyond-variance: q, k, scale and the number of features.
+# ex-beyond-antithetic: q, k, scale and the number of features (m / 2 antithetic pairs).
 VARIANCE_Q, VARIANCE_K, VARIANCE_SCALE, VARIANCE_M = (1.0, 0.0), (0.5, 0.5), 1.0, 64
 
 
-def _ring_bytes(p: int, n: int, heads: int, d: int, b: int) -> int:
-    # P - 1 hops, each carrying this rank's keys and values, n/P rows of heads * d
-    return (p - 1) * (n // p) * heads * 2 * d * b
+def _ring_bytes(p: int, n: int, kv_heads: int, d: int, b: int) -> int:
+    # P - 1 hops, each carrying this rank's keys and values, n/P rows of kv_heads * d
+    return (p - 1) * (n // p) * kv_heads * 2 * d * b
 
 
-def _ulysses_bytes(p: int, n: int, heads: int, d: int, b: int) -> int:
-    # four all-to-alls (q, k, v, out), each sending all but 1/P of a shard
-    return 4 * (p - 1) * (n // p) * heads * d * b // p
+def _ulysses_bytes(p: int, n: int, heads: int, kv_heads: int, d: int, b: int) -> float:
+    # four all-to-alls (q and out with all heads, k and v with the key/value heads), each
+    # sending all but 1/P of a rank's shard
+    return (p - 1) / p * (n // p) * (2 * heads + 2 * kv_heads) * d * b
 
 
-@exercise("ex-beyond-bytes")
-def bytes_per_rank(ring_gib, ulysses_gib) -> Verdict:
-    """GiB each rank sends in one forward pass: ring, then Ulysses."""
-    ring = real_answer("my_ring_gib", ring_gib)
-    uly = real_answer("my_ulysses_gib", ulysses_gib)
-    args = (BYTES_P, BYTES_N, BYTES_HEADS, BYTES_D, BYTES_PER_NUMBER)
-    want = (_ring_bytes(*args) / GIB, _ulysses_bytes(*args) / GIB)
-    ok = [abs(x - w) <= 1e-3 * w for x, w in zip((ring, uly), want)]
-    details = (f"ring: {'right' if ok[0] else 'not yet'}",
-               f"Ulysses: {'right' if ok[1] else 'not yet'}")
-    if all(ok):
-        return Verdict(True, "The ring sends P / 2 times as much as Ulysses.", details)
+@exercise("ex-beyond-gqa-bytes")
+def gqa_bytes(ratio) -> Verdict:
+    """B_ring / B_Ulysses per rank for grouped-query attention."""
+    ratio = real_answer("my_ratio", ratio)
+    ring = _ring_bytes(GQA_P, GQA_N, GQA_KV_HEADS, GQA_D, GQA_B)
+    want = ring / _ulysses_bytes(GQA_P, GQA_N, GQA_HEADS, GQA_KV_HEADS, GQA_D, GQA_B)
+    if abs(ratio - want) <= 1e-3 * want:
+        return Verdict(True, "fewer key/value heads shrink all of the ring's traffic and "
+                             "only part of Ulysses'.")
+    if abs(ratio - GQA_P / 2) <= 1e-9:
+        return Verdict(False, "that is the ratio with as many key/value heads as query "
+                              "heads; here keys and values are smaller.")
+    if abs(ratio - ring / _ulysses_bytes(GQA_P, GQA_N, GQA_HEADS, GQA_HEADS,
+                                         GQA_D, GQA_B)) <= 1e-3:
+        return Verdict(False, "Ulysses exchanges keys and values with the key/value heads "
+                              "only.")
     return Verdict(False, "count what leaves one rank: the ring sends its keys and values "
-                          "P - 1 times; Ulysses sends all but 1/P of q, k, v and the "
-                          "output once each. Two bytes per bfloat16 number.", details)
+                          "P - 1 times; Ulysses sends all but 1/P of each of the four "
+                          "tensors it exchanges, each with its own number of heads.")
 
 
 def _causal_scores(chunks: list[int]) -> int:
@@ -75,19 +79,27 @@ def balance(ratio) -> Verdict:
                           "a contiguous block is four of them.")
 
 
-@exercise("ex-beyond-variance")
-def variance(var) -> Verdict:
-    """The variance of the m-feature estimate of exp(s q . k)."""
+@exercise("ex-beyond-antithetic")
+def antithetic_variance(var) -> Verdict:
+    """The variance of the m-feature estimate of exp(s q . k) with the features drawn in
+    m / 2 antithetic pairs (w, -w): each pair averages to C cosh(sqrt(s) w . (q + k)), and
+    Var cosh(aZ) = (e^(a^2) - 1)^2 / 2 for Z standard normal."""
     var = real_answer("my_variance", var)
     s, m = VARIANCE_SCALE, VARIANCE_M
     qk = sum(a * b for a, b in zip(VARIANCE_Q, VARIANCE_K))
     sq = sum((a + b) ** 2 for a, b in zip(VARIANCE_Q, VARIANCE_K))
-    want = math.exp(2 * s * qk) * (math.exp(s * sq) - 1) / m
+    c2 = math.exp(2 * s * qk - s * sq)
+    pair = c2 * (math.exp(s * sq) - 1) ** 2 / 2          # variance of one pair's mean
+    want = pair / (m // 2)
+    independent = math.exp(2 * s * qk) * (math.exp(s * sq) - 1) / m
     if abs(var - want) <= 1e-3 * want:
-        return Verdict(True, "The variance grows like exp(s |q + k|^2): large, aligned "
-                             "queries and keys need many features.")
-    if abs(var - want * m) <= 1e-3 * want * m:
-        return Verdict(False, "that is the variance of one feature; the estimate averages "
-                              "m of them.")
-    return Verdict(False, "use E[exp(w . x)] = exp(|x|^2 / 2) for the second moment of one "
-                          "feature, then subtract the square of its mean and divide by m.")
+        return Verdict(True, "pairing removes the odd part of exp(sqrt(s) w . (q + k)), "
+                             "which helps little where the variance is large.")
+    if abs(var - independent) <= 1e-3 * independent:
+        return Verdict(False, "that is the variance of m independent features; the two "
+                              "features of a pair are not independent.")
+    if abs(var - pair) <= 1e-3 * pair or abs(var - 2 * want) <= 1e-3 * 2 * want:
+        return Verdict(False, "the estimate averages m / 2 independent pairs.")
+    return Verdict(False, "average the two products of a pair first: it is a hyperbolic "
+                          "cosine of a Gaussian; use E[exp(t Z)] = exp(t^2 / 2) for its "
+                          "mean and its square.")

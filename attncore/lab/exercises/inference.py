@@ -20,6 +20,10 @@ CACHE_MODEL, CACHE_BATCH, CACHE_BUDGET = "LLaMA-2 70B", 16, 30 * 2**30
 # ex-inference-batch: Mistral 7B, sequences of 8192 tokens, an 80 GiB device
 BATCH_MODEL, BATCH_TOKENS, BATCH_MEMORY = "Mistral 7B", 8192, 80 * 2**30
 
+# ex-inference-window (the chapter's Going further notebook): how far back the last layer of
+# Mistral 7B can reach through its sliding windows
+WINDOW_MODEL = "Mistral 7B"
+
 # ex-inference-intensity: LLaMA-2 70B with its KV cache stored in 8-bit numbers, against a
 # device that does 295 flops in the time it reads one byte
 INTENSITY_MODEL, INTENSITY_BYTES, DEVICE_FLOPS_PER_BYTE = "LLaMA-2 70B", 1, 295
@@ -122,3 +126,30 @@ def intensity(my_intensity, my_queries) -> Verdict:
                               "1 byte per number here.", details)
     return Verdict(False, "the intensity grows in proportion to the queries per step; round "
                           "up to a whole number of queries.", details)
+
+
+def window_reach() -> int:
+    """How many positions back the last layer's output can depend on: each of the
+    ``layers`` windows of ``window`` positions (the position itself among them) adds
+    ``window - 1``."""
+    model = PUBLISHED[WINDOW_MODEL]
+    return model.layers * (model.window - 1)
+
+
+@exercise("ex-inference-window")
+def window(my_reach) -> Verdict:
+    """The largest r such that the token at position i - r can change the output of Mistral
+    7B's last layer at position i."""
+    reach = _integer("my_reach", my_reach)
+    model = PUBLISHED[WINDOW_MODEL]
+    if reach == window_reach():
+        return Verdict(True, "Every layer adds one window's reach; what comes from further "
+                             "back travels in the hidden states of the positions between.")
+    if reach == model.layers * model.window:
+        return Verdict(False, "close: a window of W positions includes the position itself, "
+                              "so one layer reaches W - 1 positions back.")
+    if reach in (model.window, model.window - 1):
+        return Verdict(False, "that is one layer's reach; the next layer reads hidden states "
+                              "that each already saw a window further back.")
+    return Verdict(False, "follow the influence layer by layer: how far back does the first "
+                          "layer read, and how much further does each layer above add?")

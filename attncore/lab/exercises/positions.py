@@ -1,10 +1,12 @@
-"""Checkers for the exercises of the positions chapter (sinusoids and RoPE)."""
+"""Checkers for the exercises of the positions chapter (order, learned and sinusoidal positions)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from ...positions import position_frequencies, sinusoidal_positions
+from ...positions import sinusoidal_positions
 from . import Verdict, exercise
 
 
@@ -37,30 +39,62 @@ def offset_matrix(offset_matrix) -> Verdict:
                          "position: an offset is a rotation of each (sin, cos) pair.")
 
 
-# ex-positions-ntk-base: a head width and a stretch other than the chapter's own example
-# (d_head = 128, s = 4), so that the chapter's printed base does not answer it
-NTK_D, NTK_BASE, NTK_STRETCH = 64, 10000.0, 8.0
+# ex-positions-which-targets: each task gives position i of a sequence of distinct tokens a
+# target (None: no target there).
+def _largest(tokens, i):
+    return max(tokens)
 
 
-@exercise("ex-positions-ntk-base")
-def ntk_base(new_base) -> Verdict:
-    """The base with which RoPE's slowest pair (d = 64) turns 8 times as slowly as with
-    base 10000, so that 8 times as many positions span the same largest angle."""
-    d, base, stretch = NTK_D, NTK_BASE, NTK_STRETCH
+def _first(tokens, i):
+    return tokens[0] if i >= 1 else None
+
+
+def _next_in_order(tokens, i):
+    larger = [t for t in tokens if t > tokens[i]]
+    return min(larger) if larger else min(tokens)
+
+
+def _one_after(tokens, i):
+    return tokens[i + 1] if i + 1 < len(tokens) else None
+
+
+TARGET_TASKS = {"a": _largest, "b": _first, "c": _next_in_order, "d": _one_after}
+
+
+def _needs_no_positions(task, n: int = 4, vocab: int = 6) -> bool:
+    """Whether ``task``'s target at position i is a function of the token there and of the set
+    of tokens (cor-positions-set): every order of every set of ``n`` of ``vocab`` tokens that
+    puts the same token at i must give it the same target."""
+    for chosen in itertools.combinations(range(vocab), n):
+        seen: dict[int, set] = {}
+        for order in itertools.permutations(chosen):
+            for i in range(n):
+                target = task(order, i)
+                if target is not None:
+                    seen.setdefault(order[i], set()).add(target)
+        if any(len(targets) > 1 for targets in seen.values()):
+            return False
+    return True
+
+
+@exercise("ex-positions-which-targets")
+def which_targets(tasks) -> Verdict:
+    """The set of task letters whose targets a model without positions can predict exactly."""
+    if isinstance(tasks, str):
+        tasks = [tasks]
     try:
-        new_base = float(new_base)
-    except (TypeError, ValueError):
-        return Verdict(False, f"expected a number, got {new_base!r}")
-    if not np.isfinite(new_base) or new_base <= 1:
-        return Verdict(False, "a RoPE base is a finite number greater than 1.")
-    slowest_old = position_frequencies(d, base=base)[-1]
-    slowest_new = position_frequencies(d, base=new_base)[-1]
-    ratio = slowest_old / slowest_new
-    if abs(ratio / stretch - 1) < 1e-3:
-        fastest = position_frequencies(d, base=new_base)[0]
-        return Verdict(True, f"The slowest pair now turns {ratio:.3f} times as slowly, "
-                             f"while the fastest still turns {fastest:.0f} radian per "
-                             f"position: a new base stretches the slow pairs, not the fast.")
-    return Verdict(False, f"with this base the slowest pair turns {ratio:.3f} times as "
-                          f"slowly as with base 10000, not {stretch:.0f} times; its "
-                          f"frequency is base ** (-(d - 2) / d), not base ** -1.")
+        chosen = {str(t).strip().lower().strip("()") for t in tasks}
+    except TypeError:
+        return Verdict(False, f'expected a set of letters such as {{"a"}}, got {tasks!r}')
+    unknown = sorted(chosen - set(TARGET_TASKS))
+    if unknown:
+        return Verdict(False, f"the tasks are a, b, c and d; {unknown} is not one of them.")
+    solvable = {name for name, task in TARGET_TASKS.items() if _needs_no_positions(task)}
+    if chosen == solvable:
+        return Verdict(True, "Those targets depend only on the token at i and on the set of "
+                             "tokens; the others change when the same tokens come in "
+                             "another order, and a model without positions can only guess "
+                             "them.")
+    return Verdict(False, "for each task, look for two orders of the same tokens that put "
+                          "the same token at position i but give it different targets; if "
+                          "there are such orders, the task needs positions.")

@@ -1,7 +1,7 @@
 """Checkers for the exercises of chapter 4 (scaled dot-product attention, end to end).
 
-Each checker computes what it compares with from first principles (the attention formula,
-the cost of a matrix product), so no answer is stored here.
+Each checker computes what it compares with from first principles (the definition of a Gram
+matrix, the attention formula, the course's property suite), so no answer is stored here.
 """
 
 from __future__ import annotations
@@ -11,61 +11,62 @@ from typing import Any
 
 import numpy as np
 
-from ..view_figures import matmul_flops
 from . import Verdict, exercise
 
-# GPT-3's published sizes (Brown et al., 2020): data of the exercise, not its answer.
-GPT3_D_MODEL = 12288
-GPT3_HEADS = 96
+# ex-sdpa-tied-scores: four candidate 3 x 3 score matrices, each asked "which d_k, if any,
+# lets tied projections (W_Q = W_K) produce it?". Data of the exercise, not its answer.
+TIED_CANDIDATES = (
+    [[2.0, 1.0, 1.0], [1.0, 2.0, 1.0], [1.0, 1.0, 2.0]],
+    [[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [1.0, 1.0, 2.0]],
+    [[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+    [[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0]],
+)
 
 
-def _attention_by_formula(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """softmax(q k^T / sqrt(d_k)) v, written out: the definition the chapter states."""
-    scores = q @ k.T / math.sqrt(q.shape[1])
-    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
-    weights /= weights.sum(axis=1, keepdims=True)
-    return weights @ v
+def tied_width(scores: Any) -> int | None:
+    """The smallest d_k for which tied projections give these (unscaled) scores QQ^T: the
+    rank of the matrix if it is a Gram matrix (symmetric, positive semidefinite), else None."""
+    s = np.asarray(scores, dtype=float)
+    if not np.allclose(s, s.T, rtol=0, atol=1e-12):
+        return None
+    eigenvalues = np.linalg.eigvalsh(s)
+    if eigenvalues.min() < -1e-12:
+        return None
+    return int((eigenvalues > 1e-12).sum())
 
 
-@exercise("ex-sdpa-by-hand")
-def third_output(y3: Any) -> Verdict:
-    """y_3 for Q = K = V = (0, 1, 2)^T, to four decimals."""
-    x = np.arange(3.0)[:, None]
-    truth = _attention_by_formula(x, x, x)[2, 0]
+@exercise("ex-sdpa-tied-scores")
+def tied_scores(widths: Any) -> Verdict:
+    """For each candidate matrix, the smallest d_k with which W_Q = W_K produces it, or None."""
     try:
-        value = float(y3)
-    except (TypeError, ValueError):
-        return Verdict(False, f"expected one number, got {y3!r}")
-    if abs(value - truth) < 5e-5:
-        return Verdict(True, "The largest key takes most of the weight, so y_3 is close "
-                             "to the largest value.")
-    if not x.min() <= value <= x.max():
-        return Verdict(False, f"{value} is outside [0, 2], the range of the values; an "
-                              "average of the values cannot leave it.")
-    return Verdict(False, f"{value} is not y_3 to four decimals. Check the scores of query "
-                          "3, then their exponentials and the row sum.")
-
-
-def _gpt3_costs(n: int) -> tuple[int, int]:
-    """FLOPs of one GPT-3 layer at context n: (four projections, Q K^T and A V)."""
-    d_head = GPT3_D_MODEL // GPT3_HEADS
-    projections = 4 * matmul_flops(n, GPT3_D_MODEL, GPT3_D_MODEL)
-    quadratic = GPT3_HEADS * (matmul_flops(n, d_head, n) + matmul_flops(n, n, d_head))
-    return projections, quadratic
-
-
-@exercise("ex-sdpa-crossing")
-def crossing_length(n: Any) -> Verdict:
-    """The context length at which the quadratic part costs as much as the projections."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        return Verdict(False, f"expected a whole number of tokens, got {n!r}")
-    projections, quadratic = _gpt3_costs(int(n))
-    if projections == quadratic:
-        return Verdict(True, "At this length the two costs are equal; beyond it the "
-                             "quadratic part dominates.")
-    return Verdict(False, f"at N = {int(n)} the quadratic part costs "
-                          f"{quadratic / projections:.3f} times the projections; set the two "
-                          "costs equal and solve for N.")
+        widths = list(widths)
+    except TypeError:
+        return Verdict(False, f"expected a list of four entries, got {widths!r}")
+    if len(widths) != len(TIED_CANDIDATES):
+        return Verdict(False, f"expected {len(TIED_CANDIDATES)} entries, one per matrix, "
+                              f"got {len(widths)}")
+    details, right = [], True
+    for name, yours, scores in zip("abcd", widths, TIED_CANDIDATES):
+        truth = tied_width(scores)
+        ok = yours is None if truth is None else (
+            not isinstance(yours, bool) and isinstance(yours, (int, np.integer))
+            and int(yours) == truth)
+        right &= ok
+        if ok:
+            details.append(f"({name}) right")
+        elif truth is None:
+            details.append(f"({name}) not yet: check every property a tied score matrix "
+                           "must have, not only one of them.")
+        elif yours is None:
+            details.append(f"({name}) not yet: this one can be written as Q Q^T; look for "
+                           "its factor.")
+        else:
+            details.append(f"({name}) not yet: the width d_k must be at least the rank of "
+                           "Q Q^T, and the rank is enough.")
+    if right:
+        return Verdict(True, "A tied score matrix is exactly a Gram matrix: symmetric, "
+                             "positive semidefinite, of rank at most d_k.", tuple(details))
+    return Verdict(False, "some of the four are not right yet.", tuple(details))
 
 
 def _as_matrix(answer: Any, shape: tuple[int, int], what: str) -> np.ndarray | str:

@@ -1,10 +1,11 @@
-"""Checkers for the exercises of chapter 14, the kernel itself (flash attention in Triton).
+"""Checkers for the exercises of chapter 15, the kernel itself (flash attention in Triton).
 
 The kernel exercise is checked by running the reader's kernel (in Triton's interpreter where
 no GPU is present) on several shapes and comparing with ``torch.logsumexp``: a last tile
 that is partial, rows of large numbers (where an unshifted exponential overflows), one row
-alone. The counting exercises walk the loops of :mod:`attncore.triton`'s forward kernel
-and add up the tiles a program holds. Triton is imported only when a check runs.
+alone. The counting exercises walk the loops of :mod:`attncore.triton`'s kernels: the
+tile pairs the causal forward kernel visits, and the bytes the two backward kernels load and
+store. Triton is imported only when a check runs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ LSE_TOLERANCE = 1e-4
 # ex-kernel-causal-tiles: one head, n queries and keys, the tile sizes
 CAUSAL = dict(n=1000, block_m=64, block_n=32)
 
-# ex-kernel-tile-bytes: float16 inputs, d = 128, BLOCK_M = BLOCK_N = 128
-TILES = dict(block_m=128, block_n=128, d=128, input_bytes=2, sum_bytes=4)
+# ex-kernel-backward-traffic: one head, no mask, float16 inputs and gradients, float32
+# L and D
+BACKWARD = dict(n=4096, d=64, block_m=64, block_n=64, input_bytes=2, row_bytes=4)
 
 
 @exercise("ex-kernel-row-lse")
@@ -91,21 +93,37 @@ def causal_tiles(pairs) -> Verdict:
                           "(range(0, end, BLOCK_N)), and mind the last program.")
 
 
-def tile_bytes(block_m: int, block_n: int, d: int, input_bytes: int, sum_bytes: int) -> int:
-    """Bytes a forward program holds: the q, k and v tiles in the input dtype, the score
-    tile, the accumulator and the running maximum and sum in the summing dtype."""
-    inputs = (block_m + 2 * block_n) * d * input_bytes
-    sums = (block_m * block_n + block_m * d + 2 * block_m) * sum_bytes
-    return inputs + sums
+def backward_traffic(n: int, d: int, block_m: int, block_n: int, input_bytes: int,
+                     row_bytes: int) -> tuple[int, int]:
+    """Bytes the two backward kernels of :mod:`attncore.triton` load and store for one head
+    of ``n`` queries and keys (no mask, ``n`` a multiple of both tiles), every load counted
+    each time a program executes it: ``(dK/dV kernel, dQ kernel)``.
+
+    A dK/dV program loads its key and value tiles, then per query tile ``q``, ``dO``, ``L``
+    and ``D``, and stores its ``dK`` and ``dV`` tiles; a dQ program loads its ``q``, ``dO``,
+    ``L`` and ``D``, then per key tile ``k`` and ``v``, and stores its ``dQ`` tile.
+    """
+    tile_m, tile_n = block_m * d * input_bytes, block_n * d * input_bytes
+    rows_m = block_m * row_bytes
+    dkdv = 2 * tile_n + (n // block_m) * (2 * tile_m + 2 * rows_m) + 2 * tile_n
+    dq = 2 * tile_m + 2 * rows_m + (n // block_n) * 2 * tile_n + tile_m
+    return (n // block_n) * dkdv, (n // block_m) * dq
 
 
-@exercise("ex-kernel-tile-bytes")
-def tile_memory(n_bytes) -> Verdict:
-    """The bytes of one forward program's tiles for :data:`TILES`."""
+@exercise("ex-kernel-backward-traffic")
+def backward_bytes(n_bytes) -> Verdict:
+    """The bytes both backward kernels read and write for :data:`BACKWARD`."""
     n_bytes = real_answer("my_bytes", n_bytes)
-    want = tile_bytes(**TILES)
-    if n_bytes == want:
-        return Verdict(True, "more than a GPU's registers hold for one program: such "
-                             "tiles live partly in shared memory, or get smaller.")
-    return Verdict(False, "add the q tile, the k and v tiles (2 bytes a number), the "
-                          "score tile, the accumulator, m and l (4 bytes a number).")
+    dkdv, dq = backward_traffic(**BACKWARD)
+    if n_bytes == dkdv + dq:
+        return Verdict(True, "each kernel re-reads one side of the attention once per tile "
+                             "of the other side, as the forward kernel re-reads K and V.")
+    if n_bytes in (dkdv, dq):
+        return Verdict(False, "that is one of the two kernels; count the other one too.")
+    no_rows = dict(BACKWARD, row_bytes=0)
+    if n_bytes == sum(backward_traffic(**no_rows)):
+        return Verdict(False, "the kernels also load L and D, 4 bytes a number, in every "
+                              "pass over a tile of queries.")
+    return Verdict(False, "for each kernel: the tiles a program loads once, plus those it "
+                          "loads in each pass of its loop, plus what it stores; then times "
+                          "the number of programs.")

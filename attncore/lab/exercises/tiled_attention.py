@@ -1,8 +1,10 @@
 """Checkers for the exercises of chapter 7, tiled (flash) attention.
 
 Each checker recomputes what it compares with: the merge with
-:func:`attncore.tiled.merge_softmax_states`, the memory budget from the peak-memory formula
-``b h n (n + d)`` in exact integer arithmetic, the float16 sum by adding in float16. Hints point
+:func:`attncore.tiled.merge_softmax_states`, the masked block loop with the reference
+:func:`attncore.attention.scaled_dot_product_attention`, the memory budget from the
+peak-memory formula ``b h n (n + d)`` in exact integer arithmetic, the float16 sum by adding
+in float16. Hints point
 at the method, never at the number.
 """
 
@@ -13,6 +15,7 @@ import numbers
 
 import numpy as np
 
+from ...attention import scaled_dot_product_attention
 from ...tiled import SoftmaxState, finalize_softmax_state, merge_softmax_states
 from . import Verdict, exercise, real_answer
 
@@ -127,3 +130,54 @@ def fp16_stall(value) -> Verdict:
                               "positive.")
     return Verdict(False, "not quite: find the value where x + 1 == x in np.float16, then "
                           "divide by the number of keys.")
+
+def _masked_block_cases() -> list[tuple[str, dict]]:
+    """Seeded inputs for ex-tiled-masked-block: one query whose first block of keys is
+    masked, one that sees no key, one that sees only the last key, and random rows."""
+    rng = np.random.default_rng(11)
+    n_q, n_k, d = 6, 21, 8
+    q, k = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d))
+    v = rng.standard_normal((n_k, 3))
+    mask = rng.random((n_q, n_k)) > 0.3
+    mask[0, :8] = False             # left padding: the first two blocks of 4 are masked
+    mask[1] = False                 # a query that may see nothing
+    mask[2] = False
+    mask[2, -1] = True              # only the last key, in a short last block
+    return [(f"blocks of {b}", dict(q=q, k=k, v=v, mask=mask, block_size=b))
+            for b in (4, 5, 21)]
+
+
+@exercise("ex-tiled-masked-block")
+def masked_block(fn) -> Verdict:
+    """The reader's block loop with a mask, against the reference on seeded inputs."""
+    if not callable(fn):
+        return Verdict(False, "expected a function my_masked_tiled(q, k, v, mask, "
+                              f"block_size), got {type(fn).__name__}")
+    for name, case in _masked_block_cases():
+        want = scaled_dot_product_attention(case["q"], case["k"], case["v"], mask=case["mask"])
+        with np.errstate(all="ignore"):
+            try:
+                got = fn(**{key: (a.copy() if isinstance(a, np.ndarray) else a)
+                            for key, a in case.items()})
+            except Exception as err:             # the reader's code: report, do not crash
+                return Verdict(False, f"calling my_masked_tiled with {name} raised "
+                                      f"{type(err).__name__}: {err}")
+            got = np.asarray(got, dtype=float)
+        if got.shape != want.shape:
+            return Verdict(False, f"expected one output row per query, shape {want.shape}, "
+                                  f"got {got.shape} ({name})")
+        bad = ~np.isclose(got, want, rtol=1e-10, atol=1e-12).all(axis=1)
+        if bad[0]:
+            return Verdict(False, f"the query whose first keys are all masked is wrong "
+                                  f"({name}): follow its running state through its first "
+                                  "block.")
+        if bad.any() and np.flatnonzero(bad).tolist() == [1]:
+            return Verdict(False, "every row is right except the query that may see no "
+                                  "key: its output should be zeros, as the reference "
+                                  "returns, not 0 / 0.")
+        if bad.any():
+            return Verdict(False, f"rows {np.flatnonzero(bad).tolist()} differ from "
+                                  f"scaled_dot_product_attention with the mask ({name}); "
+                                  "check the mask and the rescaling by alpha.")
+    return Verdict(True, "A block of masked keys leaves the state empty, whatever block it "
+                         "is, and a query with no key gets zeros.")

