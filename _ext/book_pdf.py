@@ -2,7 +2,8 @@
 
     python _ext/book_pdf.py _build/html          # what scripts/build-book runs after the site
 
-The site's pages, in the order of ``_toc.yml``, are joined into one printable page,
+The site's pages, in the order of ``_toc.yml`` (going-further pages after their chapter; the
+API reference left out, see LEFT_OUT), are joined into one printable page,
 ``_build/print/book.html`` (outside the site, so that the site holds no extra page): the
 article of each page, with the site's own styles, MathJax and, where a chapter has an
 interactive figure, its Vega scripts, all served from the built site (no network). The ids
@@ -87,7 +88,7 @@ pre, div.highlight pre { white-space: pre-wrap !important; overflow: visible !im
 div.cell_output, div.output, .bd-article table, mjx-container[display="true"], div.math {
   overflow: visible !important; max-width: none !important; }
 .vega-bindings, a.headerlink, .toggle-button, button.toggle-button, .copybtn,
-.attncore-cards, .attncore-download { display: none !important; }
+.attncore-cards, .attncore-pdf { display: none !important; }
 figure, img, svg, mjx-container[display="true"], table { break-inside: avoid; }
 h1, h2, h3 { break-after: avoid; }
 details.hide > summary { display: none; }
@@ -174,8 +175,9 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
     static = os.path.relpath(site / "_static", out_dir)
     first = (site / f"{stems[1]}.html").read_text()       # a chapter: its styles and MathJax
     head_soup = BeautifulSoup(first, "html.parser")
-    styles = [f'<link rel="stylesheet" href="{os.path.relpath((site / stems[1]).parent / l["href"], out_dir)}">'
-              for l in head_soup.select('link[rel="stylesheet"]')]
+    chapter_dir = (site / stems[1]).parent
+    styles = [f'<link rel="stylesheet" href="{os.path.relpath(chapter_dir / link["href"], out_dir)}">'
+              for link in head_soup.select('link[rel="stylesheet"]')]
     mathjax_config = next((s.string for s in head_soup.find_all("script")
                            if s.string and "window.MathJax" in s.string), "")
     title = head_soup.title.string.split("\u2014")[-1].strip() if head_soup.title else ""
@@ -204,7 +206,11 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
              f"</ol></section>")
     back = ('<section class="attncore-print-page" id="solutions"><h1>Solutions to the '
             'exercises</h1>' + "".join(solutions) + "</section>")
-    scripts = [f"<script>{mathjax_config}</script>",
+    # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
+    # adds for screen readers (half of its work): the PDF is tagged from the typeset page.
+    scripts = [f"<script>{mathjax_config}\n"
+               "window.MathJax.options = Object.assign(window.MathJax.options || {}, "
+               "{enableMenu: false, enableAssistiveMml: false});</script>",
                f'<script defer src="{static}/mathjax/tex-chtml.js"></script>']
     if needs_vega:
         scripts.append(f'<script src="{static}/vega/attncore-vega.js"></script>')
@@ -284,6 +290,7 @@ class _Pipe:
 
 def print_pdf(page: Path, out: Path, chromium: str) -> int:
     """Print ``page`` to ``out`` once it is typeset; return how many formulas it holds."""
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as profile:
         pipe = _Pipe(chromium, profile)
         try:
@@ -299,15 +306,18 @@ def print_pdf(page: Path, out: Path, chromium: str) -> int:
             if "exceptionDetails" in answer:
                 raise RuntimeError(f"the book's page did not settle: {answer['exceptionDetails']}")
             formulas = int(answer["result"]["value"])
+            settled = time.monotonic()
             printed = pipe.call("Page.printToPDF", {
                 "printBackground": True, "preferCSSPageSize": True,
                 "displayHeaderFooter": True, "headerTemplate": "<span></span>",
                 "footerTemplate": '<div style="font-size:8pt;width:100%;text-align:center">'
                                   '<span class="pageNumber"></span></div>',
-                "generateDocumentOutline": True, "generateTaggedPDF": True}, session)
+                "generateDocumentOutline": True}, session)
         finally:
             pipe.close()
     out.write_bytes(base64.b64decode(printed["data"]))
+    print(f"book_pdf: typeset in {settled - start:.0f} s, printed in "
+          f"{time.monotonic() - settled:.0f} s")
     return formulas
 
 

@@ -54,6 +54,11 @@ function attncoreDraw(box) {
   }
   box.dataset.drawn = theme;
   var spec = JSON.parse(box.querySelector("script.attncore-vega-spec").textContent);
+  // as wide as the column, whatever the screen (the stored width suits JupyterLab, which
+  // draws an output before it is on the page and would measure a container as 0 wide)
+  [spec].concat(spec.vconcat || []).forEach(function (view) {
+    if (typeof view.width === "number") view.width = "container";
+  });
   box.attncoreControls = (spec.params || []).filter(function (p) { return p.bind; })
     .map(function (p) { return p.name; });
   var options = Object.assign({mode: "vega-lite"},

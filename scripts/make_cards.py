@@ -198,10 +198,10 @@ def card_latent_attention_and_speculative_decoding(fig):
 
 
 def card_positions(fig):
-    pe = ac.sinusoidal_positions(48, 64)                 # (positions, d_model)
+    pe = ac.sinusoidal_positions(32, 64)                 # (positions, d_model)
     ax = fig.add_subplot()
-    for col, colour in zip((0, 2, 4, 8), (ORANGE, BLUE, "#2e8b57", GREY)):
-        ax.plot(pe[:, col], color=colour, lw=1.4)
+    for col, colour in zip((2, 6, 12), (ORANGE, BLUE, "#2e8b57")):   # fast to slow
+        ax.plot(pe[:, col], color=colour, lw=1.6)
     _axes(ax)
 
 
@@ -270,7 +270,7 @@ def card_gates_and_the_delta_rule(fig):
                                        np.full(1, 0.8), np.full(1, 0.9),
                                        initial_state=state, return_state=True)
         ax = fig.add_subplot(1, n, t + 1)
-        lim = 1.5
+        lim = 0.8
         ax.pcolormesh(state, cmap="RdBu_r", vmin=-lim, vmax=lim, edgecolors="white",
                       linewidth=0.3)
         ax.set_aspect("equal")

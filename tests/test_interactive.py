@@ -85,12 +85,13 @@ def test_every_control_is_a_slider_or_a_checkbox_the_notebook_leaves_its_keys_to
                 assert f"toNumber({p['name']})" in text, (name, p["name"])
 
 
-def test_every_chart_fills_its_container_width(figures):
+def test_every_chart_is_as_wide_as_the_column(figures):
+    # (the site widens it to its column: tests/test_site.py measures it there)
     for name, fig in figures.items():
         spec = fig.spec
         assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}, name
         views = spec.get("vconcat", [spec])
-        assert all(v["width"] == "container" for v in views), name
+        assert all(v["width"] == I.WIDTH for v in views), name
         assert isinstance(spec["title"]["text"], dict), f"{name}: the title follows no control"
 
 

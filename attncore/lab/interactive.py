@@ -5,8 +5,9 @@ Each function computes its data with attncore (NumPy, float64, seeded) and retur
 a still picture of the figure in its starting state (PNG, drawn with matplotlib) and a line
 of plain text. The chart's controls are Vega-Lite parameters bound to HTML sliders and
 checkboxes, so the figure needs no kernel once it is drawn: every state it can show is
-precomputed, and the controls only filter the data. The chart fills the width of the page's
-column, and states what the controls chose in its title.
+precomputed, and the controls only filter the data. The chart is as wide as the page's column
+(``WIDTH``; the website widens it to its column on any screen), and states what the controls
+chose in its title.
 
 Where it renders:
 
@@ -60,7 +61,11 @@ _CONFIG = {
     "title": {"fontSize": 13, "anchor": "start"},
     "view": {"stroke": None},
 }
-# The chart fills its container's width (the page's column, JupyterLab's output area).
+WIDTH = 660
+"""The chart's width in pixels, axes included: the website's column (whose script widens the
+chart to the column's width, ``"container"``, whatever the screen); JupyterLab draws an output
+before it is on the page, where a ``"container"`` width would be measured as 0."""
+# The width includes the axes and the title.
 _FIT = {"autosize": {"type": "fit-x", "contains": "padding"}}
 _BAR = "#3b6fb6"          # readable on a light page and on a dark one
 _ACCENT = "#d9622b"
@@ -186,7 +191,7 @@ def softmax_saturation_figure(*, n_keys: int = 10, max_log2_d_k: int = 10,
                          "y": {"field": "weight", "type": "quantitative",
                                "title": "softmax weight",
                                "scale": {"domain": [0, 1]}}}}
-    body = {"width": "container", "height": 200, "transform": pick, "layer": [bars]}
+    body = {"width": WIDTH, "height": 200, "transform": pick, "layer": [bars]}
     title = _title("'One query\u2019s softmax weights at d\u2096 = ' + pow(2, toNumber(log2_dk))"
                    " + (divide ? ', scores divided by \u221ad\u2096' : ', raw scores')")
 
@@ -257,7 +262,7 @@ def mask_figure(*, n: int = 6, d_k: int = 4, seed: int = 0) -> InteractiveFigure
             "encoding": {"x": x, "y": y, "text": {"field": "w", "format": ".2f"},
                          "color": {"condition": {"test": "datum.w < 0.6", "value": "white"},
                                    "value": "black"}}}
-    body = {"width": "container", "height": 260, "transform": pick, "layer": [cells, text],
+    body = {"width": WIDTH, "height": 260, "transform": pick, "layer": [cells, text],
             "config": {**_CONFIG, "scale": {"bandPaddingInner": 0.06}}}
     title = _title(f"(causal ? 'Causal mask' : 'No causal mask') + (toNumber(length) < {n}"
                    f" ? ', padding from key ' + length : ', no padding') + ' (grey: removed)'")
@@ -332,7 +337,7 @@ def rope_rotation_figure(*, d: int = 8, n_positions: int = 32,
     head = {"transform": now, "mark": {"type": "point", "filled": True, "size": 120,
                                        "color": _ACCENT},
             "encoding": {"x": {"field": "x", **x_axis}, "y": {"field": "y", **y_axis}}}
-    body = {"width": "container", "height": 300, "layer": [trail, arrow, head]}
+    body = {"width": WIDTH, "height": 300, "layer": [trail, arrow, head]}
     title = _title("'Pair ' + pair + ' (\u03c9 = ' + format(omegas[toNumber(pair)], '.3g')"
                    " + ') at position ' + position + ': turned by m\u03c9 = '"
                    " + format(toNumber(position) * omegas[toNumber(pair)], '.2f') + ' rad'")
@@ -408,14 +413,14 @@ def online_softmax_figure(*, n_keys: int = 16, block_size: int = 4,
                 "mark": {"type": "rule", "color": _ACCENT, "strokeWidth": 2,
                          "strokeDash": [6, 3]},
                 "encoding": {"y": {"field": "m", "type": "quantitative"}}}
-    top = {"width": "container", "height": 130, "layer": [score_bars, max_rule]}
+    top = {"width": WIDTH, "height": 130, "layer": [score_bars, max_rule]}
     weight_bars = {"mark": {"type": "bar", "color": _BAR},
                    "encoding": {"x": x, "y": {"field": "w", "type": "quantitative",
                                               "title": "weight so far",
                                               "scale": {"domain": [0, 1]}}}}
     final_ticks = {"mark": {"type": "tick", "color": _ACCENT, "thickness": 2},
                    "encoding": {"x": x, "y": {"field": "final", "type": "quantitative"}}}
-    bottom = {"width": "container", "height": 130, "layer": [weight_bars, final_ticks]}
+    bottom = {"width": WIDTH, "height": 130, "layer": [weight_bars, final_ticks]}
     body = {"transform": [{"filter": "datum.t == toNumber(blocks)"}], "vconcat": [top, bottom]}
     now = "states[toNumber(blocks) - 1]"
     title = _title(f"'After ' + blocks + ' of {n_blocks} blocks: m = ' + format({now}.m, '.2f')"
@@ -489,7 +494,7 @@ def minilm_heads_figure(text: str = DEFAULT_SENTENCE, *, model: Any = None) -> I
              "encoding": {"x": x, "y": y,
                           "color": {"field": "w", "type": "quantitative", "title": "weight",
                                     "scale": {"domain": [0, 1], "scheme": "viridis"}}}}
-    body = {"width": "container", "height": 320, "transform": unpack, "layer": [cells]}
+    body = {"width": WIDTH, "height": 320, "transform": unpack, "layer": [cells]}
     title = _title("'What head ' + head + ' of layer ' + layer + ' attends to'")
 
     def still(fig):
