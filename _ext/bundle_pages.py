@@ -13,11 +13,12 @@ build those pages, so it ships each linked page as a notebook beside the chapter
   Sphinx: one markdown cell per section, directives with colon fences (JupyterLab with
   jupyterlab-myst draws their boxes, other frontends show readable paragraphs), ``{include}``
   inlined, a ``{figure}`` as an image attached to its cell with its caption below, a
-  ``{doc}`` reference as a link, a ``{prf:ref}`` as the text of what it names.
+  ``{doc}`` reference as a link, a ``{prf:ref}`` as the text of what it names, and labels
+  and admonitions written as in the chapters (scripts/portable_markdown.py).
 
 ``linked_pages`` follows the links from the chapters, and from those pages on, so that
 every page reached is shipped. A directive it cannot render without Sphinx stops the build
-with its name. The standard library only.
+with its name. The standard library only (and scripts/portable_markdown.py, which is too).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ import base64
 import json
 import posixpath
 import re
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import portable_markdown  # noqa: E402
 
 CHAPTERS = "chapters"
 # [text](target) in markdown, and the target of an HTML link or image
@@ -264,7 +269,10 @@ def page_notebook(root: Path, repo_path: str) -> dict:
     metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
                                "name": "python3"},
                 "language_info": {"name": "python"}}
-    return {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    nb = {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    # labels as HTML comments and admonitions named by their class, as in the chapters, so
+    # that a frontend without MyST shows no ":label:" line (scripts/portable_markdown.py)
+    return portable_markdown.convert_notebook(nb)
 
 
 def dump(nb: dict) -> str:

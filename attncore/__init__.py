@@ -33,11 +33,14 @@ The attention core, each module one idea, all names available as ``attncore.<nam
   positions plus the first ``S`` (sink tokens), for :func:`decode_step`
 * ``dropout.py``       -- :func:`dropout` with PyTorch's semantics (the attention functions'
   ``dropout_p``)
+* ``layers.py``        -- the layers besides attention, one home for every model:
+  :func:`layer_norm`, :func:`rms_norm`, :func:`gelu`, :func:`silu`, :func:`swiglu`
 * ``transformer.py``   -- :class:`TransformerBlockParams`, :func:`transformer_block` (pre- and
-  post-norm), :func:`layer_norm`, :func:`feed_forward`, conversion to and from
-  ``torch.nn.TransformerEncoderLayer``
+  post-norm; GPT-2's block and Llama's: RMSNorm, SwiGLU, RoPE, grouped-query attention),
+  :func:`feed_forward`, conversion to and from ``torch.nn.TransformerEncoderLayer``
 * ``language_model.py`` -- :class:`LanguageModel`, :func:`lm_logits` and :func:`generate`: a
-  decoder-only model built from the blocks, sampled through the KV cache
+  decoder-only model built from the blocks (learned positions or RoPE, tied or untied
+  head), sampled through the KV cache
 * ``paged.py``         -- :class:`BlockPool` and :class:`PagedKVCache`: the cache in
   fixed-size blocks with a block table per sequence (vLLM's paged attention)
 * ``quantized_cache.py`` -- :class:`Int8KVCache`: keys and values as int8 with a scale per
@@ -71,8 +74,9 @@ written by the reader against the course's properties.
 The instruments the chapters use for experiments, measurements and figures live apart, in
 :mod:`attncore.lab` (``import attncore.lab``): they are not part of attention itself.
 
-:mod:`attncore.pretrained` runs a real pretrained encoder, all-MiniLM-L6-v2, with the core
-above (``attncore.pretrained.MiniLM.load()``).
+:mod:`attncore.pretrained` runs two real pretrained models with the core above: the
+encoder all-MiniLM-L6-v2 (``attncore.pretrained.MiniLM.load()``) and the language model
+SmolLM2-135M-Instruct (``attncore.pretrained.SmolLM2.load()``).
 """
 
 from .attention import causal_mask, scaled_dot_product_attention
@@ -122,8 +126,10 @@ from .quantized_cache import Int8KVCache
 from .mla import MLAParams, absorbed_weights, init_mla, mla, mla_decode
 from .speculative import speculative_accept
 
-# the whole transformer: dropout, the block, a small language model (after kvcache)
+# the whole transformer: dropout, the layers, the block, a small language model (after
+# kvcache)
 from .dropout import dropout
+from .layers import gelu, layer_norm, rms_norm, silu, swiglu
 from .transformer import (
     TransformerBlockParams,
     block_decode_step,
@@ -131,7 +137,6 @@ from .transformer import (
     block_params_to_torch,
     feed_forward,
     init_transformer_block,
-    layer_norm,
     transformer_block,
 )
 from .language_model import LanguageModel, generate, init_language_model, lm_logits
@@ -197,8 +202,12 @@ __all__ = [
     "block_params_from_torch",
     "block_params_to_torch",
     "feed_forward",
+    "gelu",
     "init_transformer_block",
     "layer_norm",
+    "rms_norm",
+    "silu",
+    "swiglu",
     "transformer_block",
     "LanguageModel",
     "generate",

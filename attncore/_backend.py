@@ -150,6 +150,34 @@ def check_size(name: str, value: Any, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_real(name: str, value: Any, *, minimum: float | None = None,
+               above: float | None = None) -> float:
+    """Return ``value`` as a Python float: a finite real number, ``>= minimum`` and
+    ``> above`` (each when given).
+
+    Every real scalar is a number here: a Python int or float and a NumPy integer or
+    floating scalar (``np.float32(0.7)`` is what indexing a float32 array gives). A bool
+    is not (``eps=True`` is a slip, not the number 1), nor is a string or an array.
+
+    Raises
+    ------
+    TypeError
+        Not a real scalar.
+    ValueError
+        NaN, infinite, below ``minimum`` or not above ``above``.
+    """
+    wanted = "a finite number" + ("" if minimum is None else f" >= {minimum:g}") + \
+        ("" if above is None else f" > {above:g}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected {wanted}, got {value!r} "
+                        f"({type(value).__name__})")
+    number = float(value)
+    if not math.isfinite(number) or (minimum is not None and not number >= minimum) or \
+            (above is not None and not number > above):
+        raise ValueError(f"{name}: expected {wanted}, got {number!r}")
+    return number
+
+
 def check_axis(name: str, axis: Any, x: Any) -> int:
     """Return ``axis`` as an int in ``[0, x.ndim)``; ``TypeError`` unless it is an integer,
     ``ValueError`` if it is out of range for ``x``."""

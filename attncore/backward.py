@@ -176,7 +176,9 @@ def tiled_attention_backward(q: Any, k: Any, v: Any, d_out: Any, *, out: Any, ls
     q, k, v, d_out
         As for :func:`attention_backward`.
     out : same library and dtype as ``q``, shape ``(..., n_q, d_v)``
-        The forward pass's output for these ``q, k, v, mask, causal, scale``.
+        The forward pass's output for these ``q, k, v, mask, causal, scale``, without
+        dropout (the gradients are those of attention without dropout; an output of
+        ``tiled_attention(..., dropout_p=p)`` with ``p > 0`` is refused, see Raises).
     lse : same library, shape ``(..., n_q)``
         The forward pass's row log-sum-exp of the scores (``-inf`` for a row with no
         admissible key), in float32 for float16 and bfloat16 inputs, else in ``q``'s
@@ -308,7 +310,11 @@ def _check_row_sums(weight_sums: Any, ds_sums: Any, lse: Any, q: Any, k: Any, v:
         raise ValueError(
             "out: expected the attention output of these q, k, v, mask, causal and scale "
             "(as tiled_attention returns it), got one for which rowsum(d_out * out) is not "
-            "the weighted sum of d_out @ v^T (dS's row sums are not 0)")
+            "the weighted sum of d_out @ v^T (dS's row sums are not 0). The output of a "
+            "forward pass with dropout (dropout_p > 0) is such a one: this function "
+            "differentiates attention without dropout; on torch, differentiate "
+            "tiled_attention(..., dropout_p=p) itself, whose backward pass drops the same "
+            "weights")
 
 
 def _size(x: Any) -> int:

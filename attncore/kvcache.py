@@ -42,22 +42,25 @@ from ._backend import (
     TORCH,
     AttentionShape,
     backend_of,
+    check_all_finite,
     check_size,
     dtype_name,
     find_non_finite,
+    non_finite_error,
     shape_of,
 )
 from ._guard import attention_guard
 from .attention import attend, lower_triangle
-from .positions import _check_base, rope
+from .positions import _check_base, _cos_sin, _rotate
 from .sinks import check_sinks
 from .multihead import (
     MultiHeadParams,
+    _Layer,
     _check_layer,
+    merge_heads,
     _linear,
     _numpy_float_dtype,
     _project_heads,
-    merge_heads,
 )
 
 __all__ = ["BaseKVCache", "KVCache", "bottom_right_causal_mask", "decode", "decode_step"]
@@ -124,6 +127,17 @@ class BaseKVCache:
     rope_base : float or None
         The RoPE base the held keys were rotated with by :func:`decode_step` (None: not
         rotated); an empty cache takes the next step's.
+
+    Notes
+    -----
+    Gradients (torch). The buffers hold numbers only, never autograd history: keys and
+    values appended while autograd records them (they require a gradient) are kept
+    beside the buffers, and :attr:`keys` and :attr:`values` give them back with their
+    history, ``d keys / d k`` the identity on the positions they hold. So a cache can be
+    emptied (:meth:`reset`) and filled and differentiated again, and the sequences that
+    share a :class:`~attncore.BlockPool` are differentiated independently. (For an
+    :class:`~attncore.Int8KVCache` the identity is the straight-through gradient of its
+    rounding.) :meth:`truncate` forgets the positions it drops.
     """
 
     batch_shape: tuple[int, ...]
@@ -131,6 +145,8 @@ class BaseKVCache:
     d_v: int
     length: int
     rope_base: float | None = None
+    # (start, k, v) of each append that autograd recorded, in order; None when none
+    _trace: list[tuple[int, Any, Any]] | None = None
 
     @property
     def capacity(self) -> int:               # pragma: no cover - every subclass has one
@@ -164,12 +180,70 @@ class BaseKVCache:
     def append(self, k: Any, v: Any) -> tuple[Any, Any]:     # pragma: no cover
         raise NotImplementedError
 
+    def _append(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """:meth:`append` for callers that made ``k`` and ``v`` to the cache's layout
+        (:func:`decode_step`, after its checks); a cache may skip its checks here."""
+        return self.append(k, v)
+
     def truncate(self, length: int) -> None:                 # pragma: no cover
         raise NotImplementedError
 
     def reset(self) -> None:
         """Empty the cache (``truncate(0)``), to decode another sequence in its memory."""
         self.truncate(0)
+
+    # --- what decode_step needs to undo a step --------------------------------------------
+
+    def _checkpoint(self) -> Any:
+        """What :meth:`_rollback` needs to return to this state after appends."""
+        return self.length
+
+    def _rollback(self, checkpoint: Any) -> None:
+        """Undo the appends since :meth:`_checkpoint` gave ``checkpoint``."""
+        self.truncate(checkpoint)
+
+    # --- gradients --------------------------------------------------------------------------
+
+    def _record(self, start: int, k: Any, v: Any) -> None:
+        """Keep ``k`` and ``v`` (just stored at ``start``, without history) if autograd
+        records them, for :meth:`_traced`."""
+        if isinstance(k, np.ndarray):
+            return
+        if sys.modules["torch"].is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            self._trace = (self._trace or []) + [(start, k, v)]
+
+    def _forget(self, length: int) -> None:
+        """Drop what :meth:`_record` kept of the positions from ``length`` on."""
+        if not self._trace:
+            return
+        kept = []
+        for start, k, v in self._trace:
+            if start < length:
+                end = length - start
+                kept.append((start, k[..., :end, :], v[..., :end, :]))
+        self._trace = kept or None
+
+    def _traced(self, stored: Any, which: int) -> Any:
+        """``stored`` keys (``which = 1``) or values (2), as the buffers give them back,
+        with the autograd history of the recorded appends: ``stored + (t - t.detach())``,
+        where ``t`` holds the appended numbers (zeros where none was recorded). Its
+        value is ``stored``; its derivative by an appended entry is 1 where it is held."""
+        if not self._trace:
+            return stored
+        torch = sys.modules["torch"]
+        if not torch.is_grad_enabled():
+            return stored
+        pieces, at = [], 0
+        shape = tuple(stored.shape)
+        for entry in self._trace:
+            start, x = entry[0], entry[which]
+            if start > at:
+                pieces.append(stored.new_zeros(shape[:-2] + (start - at, shape[-1])))
+            pieces.append(x - x.detach())
+            at = start + x.shape[-2]
+        if at < shape[-2]:
+            pieces.append(stored.new_zeros(shape[:-2] + (shape[-2] - at, shape[-1])))
+        return stored + torch.cat(pieces, dim=-2)
 
     def _decode_mask(self, n_new: int, like: Any) -> tuple[Any, bool]:
         """``(mask, causal)`` of the ``n_new`` positions just appended, as queries, against
@@ -183,7 +257,8 @@ class BaseKVCache:
         return bottom_right_causal_mask(n_new, self.length, like=like), False
 
     def _check_kv(self, k: Any, v: Any) -> int:
-        """Check ``k``, ``v`` against the cache's layout; return their ``n``."""
+        """Check ``k``, ``v`` against the cache's layout, and their values (finite, as
+        attention's inputs); return their ``n``."""
         backend_of(cache=self._like(), k=k, v=v)
         for name, x in (("k", k), ("v", v)):
             if x.dtype != self.dtype:
@@ -206,6 +281,7 @@ class BaseKVCache:
                              f"{type(self).__name__} holding {self.length} of its capacity "
                              f"{self.capacity} (room for {self.capacity - self.length}); "
                              f"make the cache with a larger capacity")
+        check_all_finite(k=k, v=v)
         return n
 
 
@@ -241,9 +317,11 @@ class KVCache(BaseKVCache):
     Attributes
     ----------
     keys : array, shape ``batch_shape + (length, d_k)``
-        The keys appended so far, a view of the cache's buffer (not a copy).
+        The keys appended so far, a view of the cache's buffer (not a copy). (While it
+        holds keys that autograd recorded, a new tensor with their history: see
+        :class:`BaseKVCache`'s Notes.)
     values : array, shape ``batch_shape + (length, d_v)``
-        The values appended so far, a view.
+        The values appended so far, a view (likewise).
     length : int
         Positions held (also ``len(cache)``).
     nbytes : int
@@ -309,11 +387,11 @@ class KVCache(BaseKVCache):
 
     @property
     def keys(self) -> Any:
-        return self._k[..., :self.length, :]
+        return self._traced(self._k[..., :self.length, :], 1)
 
     @property
     def values(self) -> Any:
-        return self._v[..., :self.length, :]
+        return self._traced(self._v[..., :self.length, :], 2)
 
     @property
     def nbytes(self) -> int:
@@ -347,18 +425,27 @@ class KVCache(BaseKVCache):
             A library, device or dtype other than the cache's.
         ValueError
             A shape other than ``batch_shape + (n, d)``, different ``n`` in ``k`` and ``v``,
-            or more positions than the capacity leaves; the cache is then unchanged.
+            more positions than the capacity leaves, or a NaN or infinity in ``k`` or
+            ``v``; the cache is then unchanged.
         """
         n = self._check_kv(k, v)
         start, self.length = self.length, self.length + n
-        self._k[..., start:self.length, :] = k
-        self._v[..., start:self.length, :] = v
+        self._k[..., start:self.length, :] = numbers_of(k)
+        self._v[..., start:self.length, :] = numbers_of(v)
+        self._record(start, k, v)
         return self.keys, self.values
 
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (``0 <= length <= self.length``), as
         when drafted tokens are rejected; the memory stays allocated."""
         self.length = check_truncate(self, length)
+        self._forget(self.length)
+
+
+def numbers_of(x: Any) -> Any:
+    """``x`` without autograd history (a tensor detached; an array as it is): what a
+    cache's buffer stores (see :class:`BaseKVCache`'s Notes)."""
+    return x if isinstance(x, np.ndarray) else x.detach()
 
 
 def check_truncate(cache: BaseKVCache, length: Any) -> int:
@@ -445,7 +532,7 @@ def _check_self_attention(params: Any) -> None:
 def _check_rope_base(rope_base: Any, params: MultiHeadParams) -> float | None:
     if rope_base is None:
         return None
-    rope_base = _check_base(rope_base)
+    rope_base = _check_base(rope_base, "rope_base")
     if params.d_head % 2:
         raise ValueError(f"params: expected an even head width d_head for RoPE (rope_base="
                          f"{rope_base}), got d_head={params.d_head}")
@@ -505,34 +592,55 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
     """
     _check_self_attention(params)
     rope_base = _check_rope_base(rope_base, params)
-    layer = _check_layer(params, x, None, None, False, names=("x", "x"))
+    # Not certified from the norms of x and of every weight, as multi_head_attention is:
+    # for one new token, reading all the weights once more would cost more than the step.
+    # The attention's inputs are checked instead (attention_guard), then the output.
+    layer = _check_layer(params, x, None, None, False, names=("x", "x"), certify=False)
     _check_cache(cache, params, x, rope_base)
-    n_new = layer.n_q
-    if n_new == 0:
+    if layer.n_q == 0:
         raise ValueError(f"x: expected at least one new position, got shape {shape_of(x)}")
     if sinks is not None:
         sinks = check_sinks(sinks, x, layer.batch + (params.num_heads,), heads="num_heads")
+    return _decode_step(params, x, cache, rope_base, sinks)
+
+
+def _decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache,
+                 rope_base: float | None, sinks: Any = None) -> Any:
+    """:func:`decode_step` after its argument checks (the callers have made them): the
+    computation, with its checks of the values."""
+    *batch, n_new, _ = x.shape
+    layer = _Layer(x, tuple(batch), n_new, n_new, False, False, ("x", "x"))
     q, k, v = _project_heads(params, layer, x)
-    if not layer.certified and find_non_finite(q=q, k=k, v=v) is not None:
-        raise ValueError("x, params: expected projections that fit in dtype "
-                         f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
-                         f"inputs or weights")
     start = cache.length
+    checkpoint = cache._checkpoint()
     if rope_base is not None:
         # absolute positions start .. start + n_new - 1: the cache's length is the next one
-        if isinstance(x, np.ndarray):
-            pos = np.arange(start, start + n_new)
-        else:
-            pos = sys.modules["torch"].arange(start, start + n_new, device=x.device)
-        q, k = rope(q, pos, base=rope_base), rope(k, pos, base=rope_base)
-    keys, values = cache.append(k, v)
+        cos, sin = _cos_sin(start, n_new, params.d_head, rope_base, q)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    try:
+        keys, values = cache._append(k, v)
+    except ValueError:
+        _blame_projections(params, x, q, k, v)        # a NaN in x or a weight, by name
+        raise
     cache.rope_base = rope_base
-    if not isinstance(keys, np.ndarray) and _recording(q, keys, values):
-        # Autograd saves what this step's attention read, views of the cache's buffer,
-        # which the next step's append overwrites in place (an error at backward time).
-        # Give it copies: training through decode then keeps every step's keys and
-        # values, O(n^2 / chunk_size) numbers, where multi_head_attention keeps O(n).
-        keys, values = keys.clone(), values.clone()
+    # Attention reads the keys and values laid out one way whatever the cache: contiguous
+    # rows. A matrix product's rounding can depend on the memory layout of its operands
+    # (the kernel it picks, the order of its sums), and the contiguous cache gives views
+    # of a larger buffer where the paged one gathers blocks; with one layout the same
+    # numbers give the same bits, so decoding through any exact cache gives the same
+    # result bit for bit.
+    if isinstance(keys, np.ndarray):
+        keys, values = np.ascontiguousarray(keys), np.ascontiguousarray(values)
+    elif _recording(q, keys, values):
+        # Autograd saves what this step's attention read, which must not be a view of the
+        # cache's buffer: the next step's append overwrites it in place (an error at
+        # backward time). Copies: training through decode then keeps every step's keys
+        # and values, O(n^2 / chunk_size) numbers, where multi_head_attention keeps O(n).
+        contiguous = sys.modules["torch"].contiguous_format
+        keys = keys.clone(memory_format=contiguous)
+        values = values.clone(memory_format=contiguous)
+    else:
+        keys, values = keys.contiguous(), values.contiguous()
     try:
         h, d = params.num_heads, params.d_head
         # The new queries are the last n_new of start + n_new positions: with an empty
@@ -542,10 +650,14 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
         shape = AttentionShape(backend_of(x=x), layer.batch + (h,), n_new,
                                shape_of(keys)[-2], d, d, 1.0 / math.sqrt(d), causal,
                                h // params.n_kv_heads)
-        guard = attention_guard(q, keys, values, shape,
-                                names=("q", "cache.keys", "cache.values"),
-                                inputs="x, the cache or params",
-                                scores="q @ cache.keys^T / sqrt(d_head), per head")
+        try:
+            guard = attention_guard(q, keys, values, shape,
+                                    names=("q", "cache.keys", "cache.values"),
+                                    inputs="x, the cache or params",
+                                    scores="q @ cache.keys^T / sqrt(d_head), per head")
+        except ValueError:
+            _blame_projections(params, x, q, k, v)
+            raise
         heads = attend(q, keys, values, mask, shape, False, guard, None, sinks)
         out = _linear(merge_heads(heads), params.w_o, params.b_o)
         if find_non_finite(out=out) is not None:
@@ -554,9 +666,25 @@ def decode_step(params: MultiHeadParams, x: Any, cache: BaseKVCache, *,
                              f"heads @ params.w_o; use a wider dtype or smaller inputs or "
                              f"weights")
     except Exception:
-        cache.truncate(start)
+        cache._rollback(checkpoint)
         raise
     return out
+
+
+def _blame_projections(params: MultiHeadParams, x: Any, q: Any, k: Any, v: Any) -> None:
+    """After the attention's check failed: if the new queries, keys or values hold NaN or
+    infinity, raise naming the input or weight that holds one, or else the projection
+    that overflowed (the cache's earlier positions were checked when they came)."""
+    if find_non_finite(q=q, k=k, v=v) is None:
+        return
+    inputs = {"x": x, **{f"params.{n}": getattr(params, n)
+                         for n in ("w_q", "w_k", "w_v", "b_q", "b_k", "b_v")}}
+    bad = find_non_finite(**inputs)
+    if bad is not None:
+        raise non_finite_error(bad, inputs[bad]) from None
+    raise ValueError("x, params: expected projections that fit in dtype "
+                     f"{dtype_name(x)}, got an overflow; use a wider dtype or smaller "
+                     f"inputs or weights") from None
 
 
 def _recording(*tensors: Any) -> bool:

@@ -1,36 +1,49 @@
-"""A small decoder-only language model built from attncore's pieces, and sampling from it.
+"""A decoder-only language model built from attncore's pieces, and sampling from it.
+
+GPT-2's form (chapter 11's model)::
 
     h_0     = E[ids] + P[:n]                      token embedding + learned positions
     h_l     = Block_l(h_{l-1}), causal            l = 1 .. num_layers, pre-norm blocks
     logits  = LN_f(h_L) E^T                       final LayerNorm, output head tied to E
 
-The output head is the token embedding itself, transposed (weight tying): the logit of
-token ``t`` is the dot product of the final state with ``t``'s embedding row ``E[t]``.
+Llama's form has no position table (``pos_emb=None``): every block rotates its queries
+and keys with RoPE instead (``rope_base``), the final normalisation is an RMSNorm like the
+blocks' own, and the output head may be a matrix of its own (``head``, untied)::
+
+    h_0     = E[ids]
+    h_l     = Block_l(h_{l-1}), causal            RoPE inside each block's attention
+    logits  = RMS_f(h_L) W_head                   W_head = E^T when tied
+
+With the head tied, the logit of token ``t`` is the dot product of the final state with
+``t``'s embedding row ``E[t]``.
 
 :func:`generate` samples a continuation one token at a time through a
-:class:`~attncore.KVCache` per block (:func:`~attncore.transformer.block_decode_step`);
-with ``use_cache=False`` it recomputes the whole prefix at every step instead. Both take
-the same random draws, so they choose the same tokens.
+:class:`~attncore.KVCache` per block (:func:`~attncore.transformer.block_decode_step`;
+with RoPE the cache's length is the next token's position); with ``use_cache=False`` it
+recomputes the whole prefix at every step instead. Both take the same random draws, so they
+choose the same tokens.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_flag, check_size, shape_of
+from ._backend import NUMPY, backend_of, check_flag, check_floating, check_real, check_size, \
+    shape_of
 from .dropout import check_dropout
 from .kvcache import KVCache
+from .layers import _layer_norm, _rms_norm
 from .multihead import _numpy_float_dtype
 from .transformer import (
     TransformerBlockParams,
-    block_decode_step,
+    _decode_block,
     init_transformer_block,
-    layer_norm,
     transformer_block,
 )
 
@@ -44,13 +57,30 @@ class LanguageModel:
     Attributes
     ----------
     tok_emb : array, shape ``(vocab_size, d_model)``
-        Token embedding ``E``; also the output head (``logits = h E^T``).
-    pos_emb : array, shape ``(max_len, d_model)``
-        Learned position embedding ``P``: the model reads at most ``max_len`` tokens.
+        Token embedding ``E``; also the output head when ``head`` is None
+        (``logits = h E^T``).
+    pos_emb : array of shape ``(max_len, d_model)``, or None
+        Learned position embedding ``P`` (GPT-2): the model reads at most ``max_len``
+        tokens. None for a model whose blocks rotate queries and keys with RoPE (every
+        block must then have a ``rope_base``).
     blocks : list of TransformerBlockParams
-        Pre-norm blocks, applied causally.
+        Pre-norm blocks, applied causally, all with the same ``norm`` and ``eps``.
     lnf_weight, lnf_bias : arrays of shape ``(d_model,)`` (the bias may be None)
-        The final LayerNorm.
+        The final normalisation, of the blocks' kind (LayerNorm, or RMSNorm without a
+        bias).
+    head : array of shape ``(d_model, vocab_size)``, or None
+        An untied output head, ``logits = h W_head`` (attncore's ``(in, out)`` layout);
+        None ties it to the embedding, ``W_head = E^T``.
+    max_len : int, optional
+        The most positions the model reads: the rows of ``pos_emb`` (the default, and it
+        must agree), or the trained context length of a RoPE model (required there).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Mixed libraries, shapes that do not fit, blocks that differ in width, backend,
+        normalisation or ``eps``, a post-norm block, a model without positions (no
+        ``pos_emb`` and blocks without RoPE), a missing or inconsistent ``max_len``.
     """
 
     tok_emb: Any
@@ -58,15 +88,22 @@ class LanguageModel:
     blocks: list[TransformerBlockParams]
     lnf_weight: Any
     lnf_bias: Any
+    head: Any = None
+    max_len: int | None = None
 
     def __post_init__(self) -> None:
-        backend_of(tok_emb=self.tok_emb, pos_emb=self.pos_emb, lnf_weight=self.lnf_weight,
-                   lnf_bias=self.lnf_bias)
-        if not self.blocks or not all(isinstance(b, TransformerBlockParams)
-                                      for b in self.blocks):
+        if not isinstance(self.blocks, (list, tuple)) or not self.blocks or \
+                not all(isinstance(b, TransformerBlockParams) for b in self.blocks):
             raise TypeError("blocks: expected a non-empty list of TransformerBlockParams")
-        d = self.blocks[0].d_model
+        self.blocks = list(self.blocks)
+        first = self.blocks[0]
+        backend_of(tok_emb=self.tok_emb, pos_emb=self.pos_emb, lnf_weight=self.lnf_weight,
+                   lnf_bias=self.lnf_bias, head=self.head, blocks=first.attn.w_q)
+        d = first.d_model
         for name, x in (("tok_emb", self.tok_emb), ("pos_emb", self.pos_emb)):
+            if x is None and name == "pos_emb":
+                continue
+            check_floating(name, x)
             s = shape_of(x)
             if len(s) != 2 or s[1] != d or s[0] < 1:
                 raise ValueError(f"{name}: expected shape (rows, d_model={d}) with rows >= 1, "
@@ -74,21 +111,50 @@ class LanguageModel:
         for name, x in (("lnf_weight", self.lnf_weight), ("lnf_bias", self.lnf_bias)):
             if x is not None and shape_of(x) != (d,):
                 raise ValueError(f"{name}: expected shape ({d},), got {shape_of(x)}")
+        if self.lnf_weight is None:
+            raise TypeError("lnf_weight: expected an array of shape (d_model,), got None")
+        if self.head is not None and shape_of(self.head) != (d, self.vocab_size):
+            raise ValueError(f"head: expected shape (d_model, vocab_size) = ({d}, "
+                             f"{self.vocab_size}) or None (tied to tok_emb), got "
+                             f"{shape_of(self.head)}")
         for i, b in enumerate(self.blocks):
-            if b.d_model != d or b.backend != self.blocks[0].backend:
+            if b.d_model != d or b.backend != first.backend:
                 raise ValueError(f"blocks[{i}]: expected d_model={d} and the backend of "
                                  f"blocks[0], got d_model={b.d_model}, {b.backend}")
             if not b.norm_first:
                 raise ValueError(f"blocks[{i}]: expected a pre-norm block (norm_first=True): "
-                                 f"the final LayerNorm belongs to pre-norm models")
+                                 f"the final normalisation belongs to pre-norm models")
+            if (b.norm, b.eps) != (first.norm, first.eps):
+                raise ValueError(f"blocks[{i}]: expected norm={first.norm!r}, eps={first.eps} "
+                                 f"as blocks[0] (the final normalisation is theirs), got "
+                                 f"norm={b.norm!r}, eps={b.eps}")
+            if self.pos_emb is None and b.rope_base is None:
+                raise ValueError(f"pos_emb: expected a position table, or blocks with RoPE "
+                                 f"(rope_base) to tell the model where each token stands; "
+                                 f"got pos_emb=None and blocks[{i}].rope_base=None")
+        if first.norm == "rms" and self.lnf_bias is not None:
+            raise ValueError("lnf_bias: expected None with RMSNorm blocks (no shift)")
+        check_same = [self.tok_emb, self.lnf_weight] + \
+            [x for x in (self.pos_emb, self.lnf_bias, self.head) if x is not None]
+        if any(x.dtype != first.attn.w_q.dtype for x in check_same):
+            raise TypeError(f"tok_emb, pos_emb, lnf_weight, lnf_bias, head: expected the "
+                            f"blocks' dtype {first.attn.w_q.dtype}, got "
+                            f"{sorted({str(x.dtype) for x in check_same})}")
+        if self.pos_emb is not None:
+            rows = int(self.pos_emb.shape[0])
+            if self.max_len is not None and check_size("max_len", self.max_len) != rows:
+                raise ValueError(f"max_len: expected the rows of pos_emb, {rows}, or None, "
+                                 f"got {self.max_len}")
+            self.max_len = rows
+        elif self.max_len is None:
+            raise ValueError("max_len: expected the model's context length (an integer >= 1) "
+                             "for a model without a position table, got None")
+        else:
+            self.max_len = check_size("max_len", self.max_len)
 
     @property
     def vocab_size(self) -> int:
         return int(self.tok_emb.shape[0])
-
-    @property
-    def max_len(self) -> int:
-        return int(self.pos_emb.shape[0])
 
     @property
     def d_model(self) -> int:
@@ -98,38 +164,52 @@ class LanguageModel:
     def backend(self) -> str:
         return self.blocks[0].backend
 
+    @property
+    def tied(self) -> bool:
+        """Whether the output head is the token embedding (``head`` is None)."""
+        return self.head is None
+
     def tensors(self) -> list[Any]:
-        """Every weight, each once (the tied head is ``tok_emb``), in a fixed order."""
-        out = [self.tok_emb, self.pos_emb]
+        """Every weight, each once (a tied head is ``tok_emb``), in a fixed order."""
+        out = [self.tok_emb] + ([] if self.pos_emb is None else [self.pos_emb])
         for b in self.blocks:
             out.extend(b.tensors())
         out.append(self.lnf_weight)
         if self.lnf_bias is not None:
             out.append(self.lnf_bias)
+        if self.head is not None:
+            out.append(self.head)
         return out
 
     def num_parameters(self) -> int:
-        """Number of scalars in the weights, the tied head counted once."""
+        """Number of scalars in the weights, a tied head counted once."""
         return sum(int(np.prod(shape_of(x))) for x in self.tensors())
 
 
 def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int,
                         num_layers: int, max_len: int, *, activation: str = "gelu",
-                        bias: bool = True, n_kv_heads: int | None = None, seed: int = 0,
+                        bias: bool = True, n_kv_heads: int | None = None, norm: str = "layer",
+                        rope_base: float | None = None, tie_head: bool = True, seed: int = 0,
                         dtype: Any = np.float64, backend: str = NUMPY,
                         device: Any = None) -> LanguageModel:
-    """Seeded weights of a :class:`LanguageModel`.
+    """Seeded weights of a :class:`LanguageModel`: GPT-2's form by default, Llama's with
+    ``norm="rms", activation="swiglu", bias=False, rope_base=...`` (and ``n_kv_heads``,
+    ``tie_head``).
 
     Embeddings are ``N(0, 0.02^2)`` (GPT-2's choice: small, so that the tied head starts
-    with near-uniform predictions); block ``l`` is :func:`init_transformer_block` with a
-    seed drawn from NumPy's ``default_rng(seed)``, the same numbers on every backend.
+    with near-uniform predictions), an untied head too; block ``l`` is
+    :func:`init_transformer_block` with a seed drawn from NumPy's ``default_rng(seed)``, the
+    same numbers on every backend. With ``rope_base`` there is no position table.
 
     Parameters
     ----------
     vocab_size, d_model, num_heads, d_ff, num_layers, max_len : int
-        Sizes, each ``>= 1`` (``num_heads`` dividing ``d_model``).
-    activation, bias, n_kv_heads
+        Sizes, each ``>= 1`` (``num_heads`` dividing ``d_model``); ``max_len`` is the rows
+        of the position table, or with RoPE the context length.
+    activation, bias, n_kv_heads, norm, rope_base
         Of every block (:func:`~attncore.transformer.init_transformer_block`).
+    tie_head : bool, default True
+        The output head is the token embedding (True) or a matrix of its own.
     seed : int, default 0
     dtype, backend, device
         As in :func:`~attncore.init_multihead`.
@@ -142,14 +222,18 @@ def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int
              "num_layers": num_layers, "max_len": max_len}
     sizes = {n: check_size(n, v) for n, v in sizes.items()}
     seed = check_size("seed", seed, minimum=0)
+    tie_head = check_flag("tie_head", tie_head)
     rng = np.random.default_rng(seed)
     tok = rng.normal(0.0, 0.02, (sizes["vocab_size"], sizes["d_model"]))
-    pos = rng.normal(0.0, 0.02, (sizes["max_len"], sizes["d_model"]))
+    pos = rng.normal(0.0, 0.02, (sizes["max_len"], sizes["d_model"])) if rope_base is None \
+        else None
     blocks = [init_transformer_block(d_model, num_heads, d_ff, norm_first=True,
                                      activation=activation, bias=bias, n_kv_heads=n_kv_heads,
+                                     norm=norm, rope_base=rope_base,
                                      seed=int(rng.integers(0, 2**31 - 2)), dtype=dtype,
                                      backend=backend, device=device)
               for _ in range(sizes["num_layers"])]
+    head = None if tie_head else rng.normal(0.0, 0.02, (sizes["d_model"], sizes["vocab_size"]))
     like = blocks[0].ln1_weight
     if backend == NUMPY:
         np_dtype = _numpy_float_dtype(dtype, backend)
@@ -158,9 +242,10 @@ def init_language_model(vocab_size: int, d_model: int, num_heads: int, d_ff: int
         import torch
 
         conv = lambda a: torch.tensor(a, dtype=like.dtype, device=like.device)  # noqa: E731
-    lnf_bias = conv(np.zeros(sizes["d_model"])) if bias else None
-    return LanguageModel(conv(tok), conv(pos), blocks, conv(np.ones(sizes["d_model"])),
-                         lnf_bias)
+    lnf_bias = conv(np.zeros(sizes["d_model"])) if blocks[0].ln1_bias is not None else None
+    return LanguageModel(conv(tok), None if pos is None else conv(pos), blocks,
+                         conv(np.ones(sizes["d_model"])), lnf_bias,
+                         head=None if head is None else conv(head), max_len=sizes["max_len"])
 
 
 def _check_ids(model: Any, ids: Any, name: str) -> Any:
@@ -197,7 +282,7 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
     ----------
     model : LanguageModel
     ids : integer array or tensor, shape ``(..., n)``
-        Token ids in ``[0, vocab_size)``, ``n <= max_len``.
+        Token ids in ``[0, vocab_size)``, ``n <= max_len``, at positions ``0 .. n-1``.
     dropout_p : real number in ``[0, 1)``, default 0.0
         Dropout in every block (and on the embeddings), for training; 0 at inference.
     generator : numpy.random.Generator or torch.Generator, optional
@@ -207,12 +292,18 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
     -------
     array or tensor, shape ``(..., n, vocab_size)``, the model's dtype
         Row ``t`` scores the token that follows ``ids[..., t]``, from ``ids[..., :t+1]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A model that is not a :class:`LanguageModel`; ids that are not integers or lie
+        outside ``[0, vocab_size)``; more than ``max_len`` positions; a bad ``dropout_p``
+        or generator; an overflow (as :func:`~attncore.multi_head_attention`).
     """
     ids = _check_ids(model, ids, "ids")
     drop = check_dropout(dropout_p, generator, model.backend,
                          like=None if model.backend == NUMPY else model.tok_emb)
-    n = ids.shape[-1]
-    h = model.tok_emb[ids] + model.pos_emb[:n]
+    h = _embed(model, ids, 0)
     if drop is not None:
         from .dropout import apply_dropout
 
@@ -222,10 +313,24 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
     return _head(model, h)
 
 
+def _embed(model: LanguageModel, ids: Any, start: int) -> Any:
+    """The token embeddings of ``ids`` (checked), plus the learned positions ``start,
+    start + 1, ...`` if the model has them."""
+    h = model.tok_emb[ids]
+    if model.pos_emb is not None:
+        h = h + model.pos_emb[start:start + ids.shape[-1]]
+    return h
+
+
 def _head(model: LanguageModel, h: Any) -> Any:
-    """Final LayerNorm, then the tied head: ``LN_f(h) E^T``."""
-    h = layer_norm(h, model.lnf_weight, model.lnf_bias, model.blocks[0].eps)
-    return h @ model.tok_emb.T
+    """The final normalisation, then the head: ``LN_f(h) W_head`` (``W_head = E^T`` when
+    tied)."""
+    first = model.blocks[0]
+    if first.norm == "rms":
+        h = _rms_norm(h, model.lnf_weight, first.eps)
+    else:
+        h = _layer_norm(h, model.lnf_weight, model.lnf_bias, first.eps)
+    return h @ (model.tok_emb.T if model.head is None else model.head)
 
 
 def _sample(logits: np.ndarray, u: np.ndarray, temperature: float,
@@ -234,11 +339,16 @@ def _sample(logits: np.ndarray, u: np.ndarray, temperature: float,
     cumulative distribution at the uniform draws ``u`` (``(batch,)``)."""
     if temperature == 0.0:
         return logits.argmax(axis=-1)
-    z = logits / temperature
+    # The largest logit is subtracted *before* dividing by the temperature: the quotients
+    # are then <= 0, and a tiny temperature (1e-310) sends them to 0 at the maxima and to
+    # -inf elsewhere, never to +inf - inf = NaN. That is the limit of sampling as the
+    # temperature goes to 0: greedy decoding, ties drawn evenly.
+    with np.errstate(over="ignore", divide="ignore"):
+        z = (logits - logits.max(axis=-1, keepdims=True)) / temperature
     if top_k is not None and top_k < z.shape[-1]:
         kth = np.sort(z, axis=-1)[:, -top_k][:, None]
         z = np.where(z >= kth, z, -np.inf)
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p = np.exp(z)
     cdf = np.cumsum(p, axis=-1)
     cdf /= cdf[:, -1:]
     chosen = (cdf <= u[:, None]).sum(axis=-1)
@@ -255,9 +365,14 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     softmax, and one token is drawn by inverting their cumulative sum at a uniform number
     from ``generator``. With ``use_cache`` (the default) the prompt runs through the model
     once, filling one :class:`~attncore.KVCache` per block, and then each new token alone
-    (:func:`~attncore.transformer.block_decode_step`): a step costs ``O(t)`` instead of
-    recomputing all ``t`` positions. ``use_cache=False`` recomputes the whole prefix at every
-    step (:func:`lm_logits`); it takes the same draws and chooses the same tokens.
+    (:func:`~attncore.transformer.block_decode_step`, its arguments checked once for all
+    steps; with RoPE the cache's length is the new token's position): a step costs
+    ``O(t)`` instead of recomputing all ``t`` positions. ``use_cache=False`` recomputes
+    the whole prefix at every step (:func:`lm_logits`); it takes the same draws and
+    chooses the same tokens.
+
+    Works for both forms of :class:`LanguageModel` (learned positions or RoPE, tied or
+    untied head).
 
     Parameters
     ----------
@@ -265,7 +380,10 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     prompt_ids : integer array or tensor, shape ``(n0,)`` or ``(batch, n0)``, ``n0 >= 1``
     n_new : int, ``>= 0``; ``n0 + n_new <= model.max_len``
     temperature : real number ``>= 0``, default 1.0
-        0 means greedy decoding (the arg-max; no draws are taken).
+        0 means greedy decoding (the arg-max; no draws are taken). Any positive
+        temperature, however small, samples; as it goes to 0 the distribution becomes
+        the arg-max (a temperature such as 1e-310, whose quotients overflow, gives
+        exactly that, ties drawn evenly; never NaN).
     top_k : int, optional
         Sample only among the ``top_k >= 1`` most likely tokens (ties with the ``top_k``-th
         are kept).
@@ -285,12 +403,27 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
         integers; more positions than ``max_len``; a bad ``temperature``, ``top_k``,
         ``n_new`` or generator.
     """
-    ids = _check_ids(model, prompt_ids, "prompt_ids")
+    steps = _token_steps(model, prompt_ids, n_new, temperature=temperature, top_k=top_k,
+                         generator=generator, use_cache=use_cache)
+    tokens, one = next(steps)
+    new = [chosen for chosen in steps]
+    if new:
+        tokens = np.concatenate([tokens] + [c[:, None] for c in new], axis=1)
+    return tokens[0] if one else tokens
+
+
+def _token_steps(model: LanguageModel, prompt_ids: Any, n_new: int, *,
+                 temperature: Any = 1.0, top_k: Any = None, generator: Any = None,
+                 use_cache: Any = True, name: str = "prompt_ids") -> Any:
+    """:func:`generate`, one step at a time: checks the arguments, yields ``(prompt,
+    one)`` (the prompt as an int64 ``(batch, n0)`` array, and whether it was 1-D), then
+    the ``(batch,)`` tokens chosen at each of the ``n_new`` steps, as they are chosen
+    (for streaming text as it is generated). ``name`` is the caller's name for the
+    prompt, in error messages."""
+    ids = _check_ids(model, prompt_ids, name)
     n_new = check_size("n_new", n_new, minimum=0)
     use_cache = check_flag("use_cache", use_cache)
-    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float)) \
-            or not 0 <= temperature < math.inf:
-        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    temperature = check_real("temperature", temperature, minimum=0)
     if top_k is not None:
         top_k = check_size("top_k", top_k)
     check_dropout(0.0, generator, model.backend)       # the generator's library
@@ -298,7 +431,7 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
     if one:
         ids = ids[None]
     if ids.ndim != 2 or ids.shape[-1] < 1:
-        raise ValueError(f"prompt_ids: expected shape (n0,) or (batch, n0) with n0 >= 1, got "
+        raise ValueError(f"{name}: expected shape (n0,) or (batch, n0) with n0 >= 1, got "
                          f"{tuple(prompt_ids.shape) if hasattr(prompt_ids, 'shape') else ''}")
     batch, n0 = int(ids.shape[0]), int(ids.shape[1])
     if n0 + n_new > model.max_len:
@@ -317,32 +450,38 @@ def generate(model: LanguageModel, prompt_ids: Any, n_new: int, *, temperature: 
                           device=generator.device).cpu().numpy()
 
     tokens = np.asarray(ids.cpu() if torch is not None else ids)
+    yield tokens, one
+    if n_new == 0:
+        return
+    logits_of = _cached_logits(model, batch, n0 + n_new) if use_cache else \
+        (lambda all_ids, new_ids: lm_logits(model, all_ids)[:, -1])
     grad = torch.no_grad() if torch is not None else None
-    if grad is not None:
-        grad.__enter__()
-    try:
-        caches = [KVCache.for_layer(b.attn, n0 + n_new, (batch,)) for b in model.blocks] \
-            if use_cache else None
-        new = ids
-        for _ in range(n_new):
-            t = tokens.shape[1]
-            if use_cache:
-                start = t - new.shape[1]
-                h = model.tok_emb[new] + model.pos_emb[start:t]
-                for block, cache in zip(model.blocks, caches):
-                    h = block_decode_step(block, h, cache)
-                logits = _head(model, h[:, -1:])[:, 0]
-            else:
-                logits = lm_logits(model, tokens)[:, -1]
-            if torch is not None:
-                logits = logits.detach().cpu().double().numpy()
-            chosen = _sample(np.asarray(logits, dtype=np.float64), uniform(), float(temperature),
-                             top_k)
-            tokens = np.concatenate([tokens, chosen[:, None].astype(np.int64)], axis=1)
-            new = chosen[:, None].astype(np.int64)
-            if torch is not None:
-                new = torch.as_tensor(new, device=model.tok_emb.device)
-    finally:
+    new = ids
+    for _ in range(n_new):
         if grad is not None:
-            grad.__exit__(None, None, None)
-    return tokens[0] if one else tokens
+            with grad:
+                logits = logits_of(tokens, new)
+            logits = logits.detach().cpu().double().numpy()
+        else:
+            logits = logits_of(tokens, new)
+        chosen = _sample(np.asarray(logits, dtype=np.float64), uniform(), temperature, top_k)
+        chosen = chosen.astype(np.int64)
+        tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
+        new = chosen[:, None] if torch is None else \
+            torch.as_tensor(chosen[:, None], device=model.tok_emb.device)
+        yield chosen
+
+
+def _cached_logits(model: LanguageModel, batch: int, capacity: int) -> Callable[..., Any]:
+    """``logits_of(all_ids, new_ids)``: the last position's logits ``(batch, vocab)``,
+    running only the new tokens through the blocks, one :class:`~attncore.KVCache` per
+    block holding the earlier ones."""
+    caches = [KVCache.for_layer(b.attn, capacity, (batch,)) for b in model.blocks]
+
+    def logits_of(all_ids: Any, new_ids: Any) -> Any:
+        h = _embed(model, new_ids, caches[0].length)
+        for block, cache in zip(model.blocks, caches):
+            h = _decode_block(block, h, cache)        # block_decode_step, checked once
+        return _head(model, h[:, -1:])[:, 0]
+
+    return logits_of

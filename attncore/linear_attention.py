@@ -23,7 +23,6 @@ computed in float32. Bad input gets the errors of :mod:`attncore`'s attention.
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -35,6 +34,7 @@ from ._backend import (
     check_attention_inputs,
     check_floating,
     check_min_rank,
+    check_real,
     check_same_dtype,
     check_size,
     dtype_name,
@@ -72,6 +72,11 @@ class RandomFeatures:
     ``E[phi(q) . phi(k)] = exp(s q . k)``: an unbiased estimate of softmax attention's
     weight before normalisation, whose variance falls as ``1 / m``.
 
+    Called on its own, it gives these features as they are: for inputs of large norm
+    every entry underflows (``s |x|^2 / 2`` beyond about 745 in float64, 87 in float32).
+    :func:`linear_attention` and :func:`linear_attention_step` compute with it stabilised
+    instead, as Performer does (Choromanski et al., 2021): see :func:`linear_attention`.
+
     Parameters
     ----------
     d : int
@@ -101,15 +106,10 @@ class RandomFeatures:
     def __init__(self, d: int, num_features: int, *, seed: int, scale: Any = None) -> None:
         self.d = check_size("d", d)
         self.num_features = check_size("num_features", num_features)
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed: expected an integer, got {seed!r} ({type(seed).__name__})")
-        self.seed = int(seed)
-        if scale is None:
-            scale = 1.0 / math.sqrt(self.d)
-        if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) \
-                or not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
-        self.scale = float(scale)
+        # (numpy.random.default_rng takes any integer >= 0)
+        self.seed = check_size("seed", seed, minimum=0)
+        self.scale = 1.0 / math.sqrt(self.d) if scale is None else \
+            check_real("scale", scale, above=0)
         self.weights = np.random.default_rng(self.seed).standard_normal((self.num_features,
                                                                           self.d))
 
@@ -119,6 +119,10 @@ class RandomFeatures:
 
     def __call__(self, x: Any) -> Any:
         """``phi(x)`` for ``x`` of shape ``(..., n, d)``: shape ``(..., n, num_features)``."""
+        return _xp(x).exp(self._exponents(x)) / math.sqrt(self.num_features)
+
+    def _exponents(self, x: Any) -> Any:
+        """``W (sqrt(s) x) - s |x|^2 / 2``, the logarithms of ``sqrt(m) phi(x)``, checked."""
         if not (isinstance(x, np.ndarray) or is_torch_tensor(x)):
             raise TypeError(f"x: expected a numpy.ndarray or a torch.Tensor, got "
                             f"{type(x).__name__}")
@@ -134,7 +138,7 @@ class RandomFeatures:
         root = math.sqrt(self.scale)
         projected = (x * root) @ w.T
         half_norm = (x * x).sum(-1)[..., None] * (self.scale / 2)
-        return xp.exp(projected - half_norm) / math.sqrt(self.num_features)
+        return projected - half_norm
 
 
 class LinearAttentionState(NamedTuple):
@@ -146,10 +150,15 @@ class LinearAttentionState(NamedTuple):
         ``S = sum_j phi(k_j) v_j^T`` over the tokens so far.
     z : array, shape ``(..., r)``
         ``z = sum_j phi(k_j)``.
+    shift : array, shape ``(..., 1)``, or None
+        With :class:`RandomFeatures`: the largest exponent of the keys so far, which
+        ``kv`` and ``z`` are scaled by ``exp(-shift)`` for (see :func:`linear_attention`);
+        None with any other feature map.
     """
 
     kv: Any
     z: Any
+    shift: Any = None
 
 
 # --- checks ---------------------------------------------------------------------------------
@@ -167,10 +176,7 @@ def _feature_map(feature_map: Any) -> Callable[[Any], Any]:
 
 
 def _check_eps(eps: Any) -> float:
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, numbers.Real) or \
-            not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps: expected a finite number >= 0, got {eps!r}")
-    return float(eps)
+    return check_real("eps", eps, minimum=0)
 
 
 def _features(phi: Callable[[Any], Any], x: Any, name: str) -> Any:
@@ -213,6 +219,43 @@ def _divide(num: Any, den: Any) -> Any:
     return xp.where(den > 0, num / safe, xp.zeros_like(num))
 
 
+def _row_max(x: Any, axis: int) -> Any:
+    if isinstance(x, np.ndarray):
+        return x.max(axis=axis, keepdims=True)
+    return x.amax(dim=axis, keepdim=True)
+
+
+def _random_exponents(phi: "RandomFeatures", x: Any, name: str) -> Any:
+    a = phi._exponents(x)
+    check_all_finite(**{f"feature_map({name})": a})
+    return a
+
+
+def _query_features(phi: "RandomFeatures", q: Any) -> Any:
+    """Performer's query features: each row divided by ``exp`` of its largest exponent,
+    so that its largest entry is ``1 / sqrt(m)``."""
+    a = _random_exponents(phi, q, "q")
+    return _xp(a).exp(a - _row_max(a, -1)) / math.sqrt(phi.num_features)
+
+
+def _refuse_collapse(raw: Any, eps: Any) -> None:
+    """A row whose stabilised weights sum to no more than its ``eps`` is eps's, not the
+    keys' (near zeros, or zeros where the sum underflowed): refused, with the reason."""
+    bad = ~(raw > eps)
+    if not bool(bad.any()):
+        return
+    index = tuple(int(i) for i in np.argwhere(np.asarray(bad.tolist()))[0])
+    got = float(raw[index])
+    limit = float(eps if isinstance(eps, float) else eps[index])
+    raise ValueError(
+        f"feature_map: the random features' weights of query row {index[:-1]} sum to "
+        f"{got:.3g} (stabilised: its query's largest feature and the largest of the keys "
+        f"it sees scaled to 1/sqrt(m)), not above eps={limit:.3g}: the row would be "
+        f"eps's, near zero, not an average of values. The largest features of q and of "
+        f"k point different ways, where the estimator fails (its variance grows as "
+        f"exp(s |q + k|^2)); pass eps=0, use more features or smaller q and k")
+
+
 # --- linear attention -------------------------------------------------------------------------
 
 def linear_attention(q: Any, k: Any, v: Any, *, feature_map: Any = "elu",
@@ -244,6 +287,34 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: Any = "elu",
     numpy.ndarray or torch.Tensor, shape ``(..., n_q, d_v)``
         Same library, device and dtype as ``q``; differentiable on torch.
 
+    Notes
+    -----
+    Random features, stabilised. A :class:`RandomFeatures` ``phi`` is an exponential,
+    ``sqrt(m) phi_r(x) = exp(a_r(x))``, whose entries underflow for inputs of large norm
+    (and whose products fall below ``eps`` well before that), which left rows of zeros.
+    As Performer (Choromanski et al., 2021), the largest exponent is subtracted before
+    the exponential, and which maximum decides whether the estimate is kept:
+
+    * a query row is divided by ``exp(max_r a_r(q_i))``, its own maximum: row ``i``'s
+      numerator and denominator are both multiplied by the same constant, so
+      ``out_i`` is the same estimator (with ``eps = 0``, the same number);
+    * the keys are divided by ``exp(max_{j, r} a_r(k_j))``, one maximum over all the keys
+      a query sees (per batch entry; under ``causal``, over keys ``0..i`` for query
+      ``i``, the running maximum of :func:`linear_attention_step`). A maximum per key
+      would scale each key's weight by its own factor: a different, biased weighting,
+      which no number of features makes softmax attention. One constant for all of
+      them cancels like the query's.
+
+    So the output is, to rounding, ``A v / (A 1)``, with ``A = phi(Q) phi(K)^T`` as
+    defined, and ``eps`` is added to the stabilised denominator (whose largest possible
+    term is ``1 / m``), as in Performer. A row whose stabilised weights sum to no more
+    than ``eps`` (``eps = 0``: to 0, an underflow) would be ``eps``'s, near zero; it is
+    refused with a ``ValueError`` rather than returned. That happens when the largest
+    features of a query and of its keys point different ways, as for large ``|q|`` and
+    ``|k|`` pointing apart, where the estimator fails anyway (its variance grows as
+    ``exp(s |q + k|^2)``); ``eps=0`` then gives the estimate. Autograd differentiates
+    through the maxima too: the gradient is that of the function computed.
+
     Raises
     ------
     TypeError
@@ -253,7 +324,8 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: Any = "elu",
     ValueError
         What attention refuses (ranks, mismatched ``d_k``, ``n_k`` or batch shapes, NaN or
         infinity in an input), an unknown feature map name, features of the wrong shape,
-        non-finite or negative, a negative or non-finite ``eps``.
+        non-finite or negative, a negative or non-finite ``eps``; with
+        :class:`RandomFeatures`, a row that ``eps`` would decide (see Notes).
 
     Examples
     --------
@@ -268,30 +340,62 @@ def linear_attention(q: Any, k: Any, v: Any, *, feature_map: Any = "elu",
     check_all_finite(q=q, k=k, v=v)
     dtype = q.dtype
     q, k, v = _work(q), _work(k), _work(v)
-    fq, fk = _features(phi, q, "q"), _features(phi, k, "k")
+    xp = _xp(q)
+    last = np.minimum(np.arange(shape.n_q), shape.n_k - 1)   # causal: query i's last key
+    stabilised = isinstance(phi, RandomFeatures) and shape.n_k > 0
+    if stabilised:
+        fq, fk, eps = _stabilised_features(phi, q, k, eps, last if shape.causal else None)
+    else:
+        fq, fk = _features(phi, q, "q"), _features(phi, k, "k")
     if shape_of(fq)[-1] != shape_of(fk)[-1]:
         raise ValueError(f"feature_map: expected one width r for q and k, got "
                          f"{shape_of(fq)[-1]} and {shape_of(fk)[-1]}")
-    xp = _xp(q)
     if not shape.causal:
         kv = xp.einsum("...jr,...jd->...rd", fk, v)          # S: (..., r, d_v)
         z = fk.sum(-2)                                       # (..., r)
         num = fq @ kv
-        den = (fq @ z[..., None]) + eps
+        raw = fq @ z[..., None]
     elif shape.n_k == 0:                                     # no key: rows of zeros
         num = _zeros_out(q, v)
-        den = num[..., :1]
+        raw = num[..., :1]
     else:
         # prefix sums over the keys; query i reads those after key min(i, n_k - 1)
         outer = fk[..., :, :, None] * v[..., :, None, :]     # (..., n_k, r, d_v)
         kv = _cumsum(outer, -3)
         z = _cumsum(fk, -2)
-        last = np.minimum(np.arange(shape.n_q), shape.n_k - 1)
         kv, z = _take(kv, last, -3), _take(z, last, -2)
         num = xp.einsum("...ir,...ird->...id", fq, kv)
-        den = (fq * z).sum(-1)[..., None] + eps
-    out = _divide(num, den)
+        raw = (fq * z).sum(-1)[..., None]
+    if stabilised:
+        _refuse_collapse(raw, eps)
+    out = _divide(num, raw + eps)
     return out.astype(dtype) if isinstance(out, np.ndarray) else out.to(dtype)
+
+
+def _stabilised_features(phi: "RandomFeatures", q: Any, k: Any, eps: float,
+                         last: np.ndarray | None) -> tuple[Any, Any, Any]:
+    """Performer's features of ``q`` and ``k`` (``n_k >= 1``), and the ``eps`` of each
+    query row (see :func:`linear_attention`'s Notes).
+
+    The keys are divided by ``exp(M)``, ``M`` the largest exponent of all keys (per batch
+    entry). Under ``causal`` (``last``: the last key of each query) query ``i`` sees keys
+    ``0..last_i`` only, whose largest exponent ``M_i <= M`` is the one the recurrent form
+    has used; dividing by ``exp(M)`` instead scales the row by ``exp(M_i - M)``, and so its
+    ``eps`` is scaled the same way, which keeps the two forms one function.
+    """
+    xp = _xp(q)
+    fq = _query_features(phi, q)
+    b = _random_exponents(phi, k, "k")
+    key_max = _row_max(b, -1)                               # (..., n_k, 1)
+    top = _row_max(key_max, -2)                             # (..., 1, 1)
+    fk = xp.exp(b - top) / math.sqrt(phi.num_features)
+    if last is None:
+        return fq, fk, eps
+    if isinstance(key_max, np.ndarray):
+        running = np.maximum.accumulate(key_max, axis=-2)
+    else:
+        running = key_max.cummax(dim=-2).values
+    return fq, fk, eps * xp.exp(_take(running, last, -2) - top)     # (..., n_q, 1)
 
 
 def _zeros_out(q: Any, v: Any) -> Any:
@@ -374,30 +478,61 @@ def linear_attention_step(state: Any, q: Any, k: Any, v: Any, *, feature_map: An
     check_all_finite(q=q, k=k, v=v)
     dtype = q.dtype
     q, k, v = _work(q), _work(k), _work(v)
-    fq = _features(phi, q[..., None, :], "q")[..., 0, :]
-    fk = _features(phi, k[..., None, :], "k")[..., 0, :]
+    xp = _xp(q)
+    stabilised = isinstance(phi, RandomFeatures)
+    if stabilised:
+        # the query's own maximum; the keys' running maximum, the state rescaled when
+        # a key raises it (as the online softmax rescales its sums)
+        fq = _query_features(phi, q[..., None, :])[..., 0, :]
+        b = _random_exponents(phi, k[..., None, :], "k")[..., 0, :]
+        shift = _row_max(b, -1)                                    # (..., 1)
+        if state is not None:
+            _check_state(state, LinearAttentionState(None, None, shift), q)
+            shift = xp.maximum(state.shift, shift)
+        fk = xp.exp(b - shift) / math.sqrt(phi.num_features)
+    else:
+        fq = _features(phi, q[..., None, :], "q")[..., 0, :]
+        fk = _features(phi, k[..., None, :], "k")[..., 0, :]
+        shift = None
     r = shape_of(fq)[-1]
     if shape_of(fk)[-1] != r:
         raise ValueError(f"feature_map: expected one width r for q and k, got {r} and "
                          f"{shape_of(fk)[-1]}")
-    update = LinearAttentionState(fk[..., :, None] * v[..., None, :], fk)
+    update = LinearAttentionState(fk[..., :, None] * v[..., None, :], fk, shift)
     if state is None:
         new = update
     else:
         _check_state(state, update, q)
-        new = LinearAttentionState(state.kv + update.kv, state.z + update.z)
+        kv, z = state.kv, state.z
+        if stabilised:
+            rescale = xp.exp(state.shift - shift)                  # <= 1
+            kv, z = kv * rescale[..., None], z * rescale
+        new = LinearAttentionState(kv + update.kv, z + update.z, shift)
     num = (fq[..., None, :] @ new.kv)[..., 0, :]
-    den = (fq * new.z).sum(-1)[..., None] + eps
-    out = _divide(num, den)
+    raw = (fq * new.z).sum(-1)[..., None]
+    if stabilised:
+        _refuse_collapse(raw, eps)
+    out = _divide(num, raw + eps)
     return (out.astype(dtype) if isinstance(out, np.ndarray) else out.to(dtype)), new
 
 
 def _check_state(state: Any, update: LinearAttentionState, like: Any) -> None:
+    """``state`` against this step's ``update`` (whose ``kv`` and ``z`` are None when only
+    the shift is checked, before the features are made)."""
     if not isinstance(state, LinearAttentionState):
         raise TypeError(f"state: expected a LinearAttentionState(kv, z) or None, got "
                         f"{type(state).__name__}")
-    backend_of(**{"state.kv": state.kv, "state.z": state.z, "q": like})
-    for part, x, want in (("state.kv", state.kv, update.kv), ("state.z", state.z, update.z)):
+    if state.shift is not None and update.shift is None:
+        raise ValueError("state.shift: expected None (the state of this feature_map), got "
+                         "the keys' shift of a state made with RandomFeatures")
+    if state.shift is None and update.shift is not None:
+        raise ValueError("state.shift: expected the keys' shift of a state made with "
+                         "RandomFeatures, got None (the state of another feature_map)")
+    parts = [("state.kv", state.kv, update.kv), ("state.z", state.z, update.z),
+             ("state.shift", state.shift, update.shift)]
+    parts = [(n, x, w) for n, x, w in parts if w is not None]
+    backend_of(q=like, **{n: x for n, x, _ in parts})
+    for part, x, want in parts:
         if shape_of(x) != shape_of(want):
             raise ValueError(f"{part}: expected shape {shape_of(want)} (from this step's "
                              f"features and v), got {shape_of(x)}")

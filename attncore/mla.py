@@ -119,7 +119,7 @@ class MLAParams:
                     raise ValueError(f"{name}: expected a matrix, got shape {shape_of(a)}")
         check_same_dtype(**arrays)
         h = check_size("num_heads", self.num_heads)
-        self.rope_base = _check_base(self.rope_base)
+        self.rope_base = _check_base(self.rope_base, "rope_base")
         d_model, d_c = shape_of(self.w_dkv)
         d_q = d_model if self.w_dq is None else shape_of(self.w_dq)[1]
         hd, d_r = shape_of(self.w_uk)[1], shape_of(self.w_kr)[1]

@@ -353,9 +353,14 @@ def split_heads(x: Any, num_heads: int) -> Any:
     """
     backend_of(x=x)
     check_min_rank("x", x, 2, "(..., n, d_model)")
-    *batch, n, d_model = shape_of(x)
-    num_heads = check_num_heads(num_heads, d_model)
-    x = x.reshape(*batch, n, num_heads, d_model // num_heads)
+    num_heads = check_num_heads(num_heads, shape_of(x)[-1])
+    return _split(x, num_heads)
+
+
+def _split(x: Any, num_heads: int) -> Any:
+    """:func:`split_heads` without the checks (for the layer functions, whose inputs and
+    weights are checked)."""
+    x = x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)
     return x.swapaxes(-2, -3) if isinstance(x, np.ndarray) else x.transpose(-2, -3)
 
 
@@ -372,7 +377,12 @@ def merge_heads(x: Any) -> Any:
     """
     backend_of(x=x)
     check_min_rank("x", x, 3, "(..., num_heads, n, d_head)")
-    *batch, h, n, d_head = shape_of(x)
+    return _merge(x)
+
+
+def _merge(x: Any) -> Any:
+    """:func:`merge_heads` without the checks."""
+    *batch, h, n, d_head = x.shape
     x = x.swapaxes(-2, -3) if isinstance(x, np.ndarray) else x.transpose(-2, -3)
     return x.reshape(*batch, n, h * d_head)
 
@@ -407,10 +417,13 @@ class _Layer(NamedTuple):
 
 
 def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any,
-                 names: tuple[str, str] = ("x_q", "x_kv")) -> _Layer:
+                 names: tuple[str, str] = ("x_q", "x_kv"), certify: bool = True) -> _Layer:
     """The checks of :func:`multi_head_attention`, in the caller's terms: ``names`` are
     the caller's names for ``x_q`` and ``x_kv`` (``("x", "x")`` for a layer that takes
-    one input)."""
+    one input). ``certify=False`` skips :func:`~attncore._guard.layer_guard` (the layer
+    is then not certified, and the caller checks the projections, as
+    :func:`attncore.decode_step` does: for a few new tokens, reading every weight to
+    bound them would cost more than the step itself)."""
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params: expected a MultiHeadParams (see init_multihead and "
                         f"params_from_torch), got {type(params).__name__}")
@@ -435,10 +448,10 @@ def _check_layer(params: Any, x_q: Any, x_kv: Any, mask: Any, causal: Any,
         check_mask(mask, batch, n_q, n_k, inputs=nq if nq == nkv else f"{nq} and {nkv}")
     causal = check_flag("causal", causal)
     rows = math.prod(batch)
-    certified = layer_guard(x_q, x_kv, {f"params.{n}": getattr(params, n) for n in _FIELDS},
-                            names=names, rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k,
-                            d_head=params.d_head,
-                            group=params.num_heads // params.n_kv_heads)
+    certified = certify and layer_guard(
+        x_q, x_kv, {f"params.{n}": getattr(params, n) for n in _FIELDS}, names=names,
+        rows_q=rows * n_q, rows_k=rows * n_k, n_k=n_k, d_head=params.d_head,
+        group=params.num_heads // params.n_kv_heads)
     return _Layer(x_kv, batch, n_q, n_k, causal, certified, names)
 
 
@@ -566,9 +579,9 @@ def _project_heads(params: MultiHeadParams, layer: _Layer, x_q: Any) -> tuple[An
     """``q`` of every head, ``(..., num_heads, n, d_head)``, and ``k, v`` of every
     key/value head, ``(..., n_kv_heads, n, d_head)``."""
     h, h_kv = params.num_heads, params.n_kv_heads
-    return (split_heads(_linear(x_q, params.w_q, params.b_q, layer), h),
-            split_heads(_linear(layer.x_kv, params.w_k, params.b_k, layer), h_kv),
-            split_heads(_linear(layer.x_kv, params.w_v, params.b_v, layer), h_kv))
+    return (_split(_linear(x_q, params.w_q, params.b_q, layer), h),
+            _split(_linear(layer.x_kv, params.w_k, params.b_k, layer), h_kv),
+            _split(_linear(layer.x_kv, params.w_v, params.b_v, layer), h_kv))
 
 
 def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any, mask: Any,
@@ -584,7 +597,7 @@ def _attend_heads(params: MultiHeadParams, layer: _Layer, q: Any, k: Any, v: Any
     result = attend(q, k, v, mask, shape, return_weights, _heads_guard(layer, q, k, v, shape),
                     drop, sinks)
     heads, weights = result if return_weights else (result, None)
-    out = _check_output(layer, _linear(merge_heads(heads), params.w_o, params.b_o, layer))
+    out = _check_output(layer, _linear(_merge(heads), params.w_o, params.b_o, layer))
     return (out, weights) if return_weights else out
 
 

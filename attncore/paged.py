@@ -13,18 +13,21 @@ block_size``.
 * :class:`PagedKVCache`  -- one sequence's cache: a block table into a pool. It is a
   :class:`~attncore.BaseKVCache`, so :func:`~attncore.decode_step` and
   :func:`~attncore.decode` use it as they use a :class:`~attncore.KVCache`, with the same
-  results: the keys and values it gives back are exactly the ones appended.
+  results bit for bit: the keys and values it gives back are exactly the ones appended,
+  and ``decode_step`` hands attention the keys and values of every cache in the same
+  memory layout (contiguous rows), so the same numbers give the same rounding.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
 
 from ._backend import NUMPY, check_size, dtype_name
-from .kvcache import BaseKVCache, check_cache_layout, check_truncate
+from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
 
 __all__ = ["BlockPool", "PagedKVCache"]
 
@@ -79,6 +82,9 @@ class BlockPool:
             self._k = torch.zeros(lead + (self.d_k,), dtype=tdtype, device=device)
             self._v = torch.zeros(lead + (self.d_v,), dtype=tdtype, device=device)
         self._free = list(range(self.num_blocks - 1, -1, -1))    # pop() gives block 0 first
+        # the PagedKVCache holding each block it took (weakly: a cache no one holds any
+        # more does not keep its blocks from release)
+        self._holder: dict[int, weakref.ref] = {}
 
     @property
     def num_free(self) -> int:
@@ -104,11 +110,44 @@ class BlockPool:
         return [self._free.pop() for _ in range(n)]
 
     def release(self, blocks: list[int]) -> None:
-        """Give ``blocks`` back to the pool."""
+        """Give ``blocks`` (taken with :meth:`allocate`) back to the pool.
+
+        A block that a :class:`PagedKVCache` still holds is refused: the next sequence
+        to take it would overwrite that cache's keys and values. Such a cache gives its
+        blocks back itself (:meth:`PagedKVCache.truncate`, :meth:`~PagedKVCache.reset`).
+        On error nothing is given back.
+
+        Raises
+        ------
+        ValueError
+            A block that is not a used block of this pool (out of range, free, or named
+            twice), or one a live :class:`PagedKVCache` holds.
+        """
+        seen = set()
         for b in blocks:
-            if not 0 <= b < self.num_blocks or b in self._free:
-                raise ValueError(f"blocks: block {b} is not a used block of this pool")
-            self._free.append(b)
+            if isinstance(b, (bool, np.bool_)) or not isinstance(b, (int, np.integer)) or \
+                    not 0 <= b < self.num_blocks or b in self._free or b in seen:
+                raise ValueError(f"blocks: block {b!r} is not a used block of this pool")
+            seen.add(b)
+            holder = self._holder.get(int(b))
+            cache = None if holder is None else holder()
+            if cache is not None:
+                raise ValueError(f"blocks: block {b} is held by a PagedKVCache (block_table "
+                                 f"{cache.block_table}); truncate or reset that cache, "
+                                 f"which gives its blocks back")
+        self._give_back(blocks)
+
+    def _take(self, n: int, cache: "PagedKVCache") -> list[int]:
+        """:meth:`allocate` for ``cache``, which then holds the blocks."""
+        blocks = self.allocate(n)
+        for b in blocks:
+            self._holder[b] = weakref.ref(cache)
+        return blocks
+
+    def _give_back(self, blocks: list[int]) -> None:
+        for b in blocks:
+            self._holder.pop(int(b), None)
+            self._free.append(int(b))
 
     def __repr__(self) -> str:
         return (f"BlockPool(num_blocks={self.num_blocks}, block_size={self.block_size}, "
@@ -207,11 +246,11 @@ class PagedKVCache(BaseKVCache):
 
     @property
     def keys(self) -> Any:
-        return self._gather(self.pool._k)
+        return self._traced(self._gather(self.pool._k), 1)
 
     @property
     def values(self) -> Any:
-        return self._gather(self.pool._v)
+        return self._traced(self._gather(self.pool._v), 2)
 
     def append(self, k: Any, v: Any) -> tuple[Any, Any]:
         """Store ``n`` new positions (shapes ``batch_shape + (n, d_k)`` and ``(..., d_v)``),
@@ -220,15 +259,17 @@ class PagedKVCache(BaseKVCache):
         n = self._check_kv(k, v)
         bs = self.pool.block_size
         need = math.ceil((self.length + n) / bs) - len(self._table)
-        self._table += self.pool.allocate(max(need, 0))
+        self._table += self.pool._take(max(need, 0), self)
+        kn, vn = numbers_of(k), numbers_of(v)
         pos = self.length
         while pos < self.length + n:
             block, slot = self._table[pos // bs], pos % bs
             m = min(bs - slot, self.length + n - pos)
             src = slice(pos - self.length, pos - self.length + m)
-            self.pool._k[block][..., slot:slot + m, :] = k[..., src, :]
-            self.pool._v[block][..., slot:slot + m, :] = v[..., src, :]
+            self.pool._k[block][..., slot:slot + m, :] = kn[..., src, :]
+            self.pool._v[block][..., slot:slot + m, :] = vn[..., src, :]
             pos += m
+        self._record(self.length, k, v)
         self.length += n
         return self.keys, self.values
 
@@ -236,9 +277,10 @@ class PagedKVCache(BaseKVCache):
         """Keep the first ``length`` positions and give back the blocks no longer needed."""
         length = check_truncate(self, length)
         keep = math.ceil(length / self.pool.block_size)
-        self.pool.release(self._table[keep:])
+        self.pool._give_back(self._table[keep:])
         del self._table[keep:]
         self.length = length
+        self._forget(length)
 
     def __repr__(self) -> str:
         return (f"PagedKVCache(length={self.length}, blocks={len(self._table)}, "

@@ -60,6 +60,7 @@ from ._backend import (
     is_floating,
     shape_of,
 )
+from .dropout import check_dropout
 from .multihead import MultiHeadParams, _attend_heads, _check_layer, _project_heads
 
 __all__ = ["check_positions", "position_frequencies", "rope", "rope_multi_head_attention",
@@ -74,10 +75,10 @@ def _check_count(name: str, value: Any, *, even: bool = False) -> int:
     return value
 
 
-def _check_base(base: Any) -> float:
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) \
+def _check_base(base: Any, name: str = "base") -> float:
+    if isinstance(base, (bool, np.bool_)) or not isinstance(base, numbers.Real) \
             or not math.isfinite(base) or base <= 1:
-        raise ValueError(f"base: expected a finite number greater than 1, got {base!r}")
+        raise ValueError(f"{name}: expected a finite number greater than 1, got {base!r}")
     return float(base)
 
 
@@ -257,32 +258,72 @@ def rope(x: Any, positions: Any = None, *, base: float = 10000.0) -> Any:
     if positions is not None:
         check_positions(positions, x_shape[:-1])
     check_all_finite(x=x)
-    half = d // 2
     n = x_shape[-2]
+    if positions is None:                    # 0 .. n-1: from the table of cosines and sines
+        return _rotate(x, *_cos_sin(0, n, d, base, x))
     if backend == NUMPY:
-        pos = np.arange(n, dtype=np.float64) if positions is None \
-            else positions.astype(np.float64)
+        return _rotate(x, *_angles_cos_sin(positions.astype(np.float64), freqs, x))
+    return _rotate(x, *_angles_cos_sin(positions, freqs, x))
+
+
+def _angles_cos_sin(pos: Any, freqs: np.ndarray, like: Any) -> tuple[Any, Any]:
+    """``cos`` and ``sin`` of the angles ``pos * freqs``, ``(..., n, d/2)``, computed in
+    float64 in ``like``'s library and on its device, rounded once to its dtype."""
+    if isinstance(like, np.ndarray):
         angles = pos[..., None] * freqs                               # (..., n, d/2)
-        cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
-        x1, x2 = x[..., :half], x[..., half:]
-        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        return np.cos(angles).astype(like.dtype), np.sin(angles).astype(like.dtype)
     import torch
 
     # float64 angles: at position 10^5 a float32 angle is off by ~0.01 rad. (Backends without
     # float64, such as Apple's MPS, get float32 angles.)
-    work = torch.float64 if x.device.type != "mps" else torch.float32
-    w = torch.as_tensor(freqs, device=x.device).to(work)
-    pos = torch.arange(n, device=x.device, dtype=work) if positions is None \
-        else positions.to(work)
-    angles = pos[..., None] * w
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    work = torch.float64 if like.device.type != "mps" else torch.float32
+    w = torch.as_tensor(freqs, device=like.device).to(work)
+    angles = pos.to(device=like.device, dtype=work)[..., None] * w
+    return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
+
+
+def _rotate(x: Any, cos: Any, sin: Any) -> Any:
+    """Rotate-half RoPE of ``x`` ``(..., n, d)`` with ``cos``, ``sin`` ``(..., n, d/2)``."""
+    half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
+    if isinstance(x, np.ndarray):
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    import torch
+
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+# The cosines and sines of positions 0, 1, 2, ... per (base, d, library, device, dtype), so
+# that decoding, which rotates one new position per step and layer, does not recompute
+# them: the same numbers as computing them for the positions asked for (an angle depends
+# on its own position only), grown by doubling as longer sequences come.
+_TABLES: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _cos_sin(start: int, n: int, d: int, base: float, like: Any) -> tuple[Any, Any]:
+    """``cos`` and ``sin`` ``(n, d/2)`` of positions ``start .. start + n - 1`` for
+    :func:`rope` of width ``d`` and ``base``, in ``like``'s library, device and dtype."""
+    numpy = isinstance(like, np.ndarray)
+    key = (float(base), d, "numpy" if numpy else str(like.device), like.dtype)
+    table = _TABLES.get(key)
+    if table is None or table[0].shape[0] < start + n:
+        size = max(start + n, 256, 0 if table is None else 2 * table[0].shape[0])
+        freqs = position_frequencies(d, base=base)
+        if numpy:
+            pos = np.arange(size, dtype=np.float64)
+        else:
+            import torch
+
+            pos = torch.arange(size, dtype=torch.float64 if like.device.type != "mps"
+                               else torch.float32, device=like.device)
+        table = _TABLES[key] = _angles_cos_sin(pos, freqs, like)
+    return table[0][start:start + n], table[1][start:start + n]
 
 
 def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
                               base: float = 10000.0, mask: Any = None, causal: bool = False,
-                              return_weights: bool = False) -> Any:
+                              return_weights: bool = False, dropout_p: float = 0.0,
+                              generator: Any = None) -> Any:
     """Multi-head self-attention with rotary position embeddings, as in LLaMA-style models.
 
     The layer of :func:`attncore.multi_head_attention` with one step added: after the
@@ -302,7 +343,7 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
         n)`` for ``x`` of shape ``(batch, n, d_model)``, each of size 1 or equal; the
         layer inserts the heads axis itself. A shape in between is refused as
         ambiguous. Default ``0 .. n - 1``.
-    base, mask, causal, return_weights : as in :func:`rope` and
+    base, mask, causal, return_weights, dropout_p, generator : as in :func:`rope` and
         :func:`attncore.multi_head_attention`
 
     Returns
@@ -332,6 +373,16 @@ def rope_multi_head_attention(params: Any, x: Any, positions: Any = None, *,
                         hint=" (the layer inserts the heads axis itself)")
         if positions.ndim > 1:                   # (..., n) -> (..., 1, n): one per head
             positions = positions[..., None, :]
+    drop = check_dropout(dropout_p, generator, params.backend, like=x)
+    base = _check_base(base)
     q, k, v = _project_heads(params, layer, x)
-    q, k = rope(q, positions, base=base), rope(k, positions, base=base)
-    return _attend_heads(params, layer, q, k, v, mask, return_weights)
+    # (q and k come from checked inputs: their values are checked with v's when the
+    # layer's certificate fails, in _attend_heads; rope's own check would repeat it)
+    if positions is None:
+        cos, sin = _cos_sin(0, layer.n_q, params.d_head, base, q)
+    else:
+        pos = positions.astype(np.float64) if isinstance(positions, np.ndarray) \
+            else positions
+        cos, sin = _angles_cos_sin(pos, position_frequencies(params.d_head, base=base), q)
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    return _attend_heads(params, layer, q, k, v, mask, return_weights, drop)

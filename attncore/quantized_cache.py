@@ -28,9 +28,37 @@ from typing import Any
 import numpy as np
 
 from ._backend import NUMPY, check_size
-from .kvcache import BaseKVCache, check_cache_layout, check_truncate
+from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
 
 __all__ = ["Int8KVCache"]
+
+
+_BITS = {2: "int16", 4: "int32", 8: "int64"}
+
+
+def _rounded_up(scale: Any, top: Any) -> Any:
+    """``scale`` (``top / 127`` rounded to nearest in the dtype) moved one step up where it
+    fell below ``top / 127``, so that ``|x / scale| <= 127`` for every ``|x| <= top``.
+
+    In the normal range the rounding is a relative ``eps / 2``, which moves ``x / s`` by
+    far less than the half step that would make the int8 code clip; but a subnormal
+    scale carries an absolute error of up to half the subnormal spacing, which can be
+    half the scale itself (and a scale below the smallest subnormal rounds to 0, which
+    reads every number back as 0). The comparison is exact in float64 for every dtype
+    but float64, whose subnormal scales are below any number a cache holds in practice.
+    The next number up of a positive float is the one whose bits, read as an integer,
+    are one more (0 goes to the smallest subnormal).
+    """
+    if isinstance(scale, np.ndarray):
+        low = scale.astype(np.float64) * 127 < top.astype(np.float64)
+        if not low.any():
+            return scale
+        up = (scale.view(_BITS[scale.dtype.itemsize]) + 1).view(scale.dtype)
+        return np.where(low, up, scale)
+    torch = __import__("torch")
+    low = scale.double() * 127 < top.double()
+    up = (scale.view(getattr(torch, _BITS[scale.element_size()])) + 1).view(scale.dtype)
+    return torch.where(low, up, scale)
 
 
 def _cat(arrays: list[Any], axis: int) -> Any:
@@ -77,6 +105,17 @@ class Int8KVCache(BaseKVCache):
     TypeError, ValueError
         As :class:`~attncore.KVCache`; an unknown ``key_scale``.
 
+    Notes
+    -----
+    Gradients (torch). Rounding has derivative 0 wherever it is differentiable, so
+    autograd through it would pass nothing to the keys and values but what flows through
+    the scales: a silently wrong gradient. The cache passes gradients straight through
+    the rounding instead (the straight-through estimator of Bengio et al., 2013): the
+    keys and values it gives back have the rounded values, and the derivative of each
+    by the number appended in its place is 1, as if it had been stored exactly (see
+    :class:`~attncore.BaseKVCache`'s Notes). That is the gradient of the computation
+    without quantization, evaluated at the quantized numbers.
+
     Examples
     --------
     >>> import numpy as np, attncore as ac
@@ -106,6 +145,7 @@ class Int8KVCache(BaseKVCache):
             for name, (shape, kind) in shapes.items():
                 setattr(self, name, np.zeros(shape, np.int8 if kind == "int8" else np_dtype))
             self._eps = float(np.finfo(np_dtype).eps)
+            self._step = float(np.finfo(np_dtype).smallest_subnormal)
         else:
             import torch
 
@@ -114,6 +154,7 @@ class Int8KVCache(BaseKVCache):
                 setattr(self, name, torch.zeros(shape, device=device, dtype=torch.int8
                                                 if kind == "int8" else tdtype))
             self._eps = float(torch.finfo(tdtype).eps)
+            self._step = float(torch.finfo(tdtype).tiny) * self._eps   # smallest subnormal
         self.length = 0
         self.rope_base = None
 
@@ -144,14 +185,17 @@ class Int8KVCache(BaseKVCache):
 
     @staticmethod
     def _quantize(x: Any, axis: int) -> tuple[Any, Any]:
-        """int8 codes and the scales ``max|x| / 127`` along ``axis`` (kept as size 1)."""
+        """int8 codes and the scales ``max|x| / 127`` along ``axis`` (kept as size 1),
+        each scale rounded up to the dtype (see :meth:`error_bounds`)."""
         if isinstance(x, np.ndarray):
-            scale = np.abs(x).max(axis=axis, keepdims=True) / 127
+            top = np.abs(x).max(axis=axis, keepdims=True)
+            scale = _rounded_up(top / np.asarray(127, dtype=top.dtype), top)
             safe = np.where(scale > 0, scale, 1)
             return np.clip(np.rint(x / safe), -127, 127).astype(np.int8), scale
         import torch
 
-        scale = x.abs().amax(dim=axis, keepdim=True) / 127
+        top = x.abs().amax(dim=axis, keepdim=True)
+        scale = _rounded_up(top / 127, top)
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
         return torch.round(x / safe).clamp(-127, 127).to(torch.int8), scale
 
@@ -165,17 +209,17 @@ class Int8KVCache(BaseKVCache):
     def keys(self) -> Any:
         n = self.length
         if self.key_scale == "token":
-            return self._decode(self._qk[..., :n, :], self._sk[..., :n, :])
+            return self._traced(self._decode(self._qk[..., :n, :], self._sk[..., :n, :]), 1)
         g, done = self.group_size, self._quantized_keys
         groups = self._qk[..., :done, :].reshape(self.batch_shape + (done // g, g, self.d_k))
         full = self._decode(groups, self._sk[..., :done // g, None, :])
         full = full.reshape(self.batch_shape + (done, self.d_k))
-        return _cat([full, self._rk[..., :n - done, :]], -2)
+        return self._traced(_cat([full, self._rk[..., :n - done, :]], -2), 1)
 
     @property
     def values(self) -> Any:
         n = self.length
-        return self._decode(self._qv[..., :n, :], self._sv[..., :n, :])
+        return self._traced(self._decode(self._qv[..., :n, :], self._sv[..., :n, :]), 2)
 
     def error_bounds(self) -> tuple[Any, Any]:
         """How far each key and value given back may be from the one appended.
@@ -183,22 +227,27 @@ class Int8KVCache(BaseKVCache):
         Returns
         -------
         keys_bound, values_bound : arrays shaped like :attr:`keys` and :attr:`values`
-            ``s * (1/2 + 256 * eps)`` for a number stored with scale ``s``: half a step,
-            plus the rounding of ``x / s`` and ``q * s`` in the dtype (``eps``: its machine
-            epsilon; ``|x / s| <= 127`` makes each rounding at most ``127 eps`` steps);
-            0 for keys held unquantized.
+            ``s * (1/2 + 256 * eps) + step`` for a number stored with scale ``s``: half a
+            step, plus the rounding of ``x / s`` and ``q * s`` in the dtype (``eps``: its
+            machine epsilon; ``|x / s| <= 127`` makes each relative rounding at most
+            ``127 eps`` steps), plus ``step``, the spacing of the dtype's subnormal
+            numbers, for a product ``q * s`` that lands among them (whose rounding is
+            absolute, not relative); 0 for keys held unquantized. ``|x / s| <= 127``
+            holds because each scale is ``max|group| / 127`` rounded *up* to the dtype:
+            rounded to nearest, a subnormal scale could be far too small (and one below
+            the smallest subnormal 0).
         """
         factor = 0.5 + 256 * self._eps
         n = self.length
         zeros_like = np.zeros_like if isinstance(self._sv, np.ndarray) else \
             __import__("torch").zeros_like
-        vb = zeros_like(self.values) + self._sv[..., :n, :] * factor
+        vb = zeros_like(self.values) + (self._sv[..., :n, :] * factor + self._step)
         if self.key_scale == "token":
-            kb = zeros_like(self.keys) + self._sk[..., :n, :] * factor
+            kb = zeros_like(self.keys) + (self._sk[..., :n, :] * factor + self._step)
             return kb, vb
         g, done = self.group_size, self._quantized_keys
         kb = zeros_like(self.keys)
-        steps = self._sk[..., :done // g, None, :] * factor
+        steps = self._sk[..., :done // g, None, :] * factor + self._step
         grouped = zeros_like(kb[..., :done, :].reshape(self.batch_shape + (done // g, g,
                                                                            self.d_k))) + steps
         kb[..., :done, :] = grouped.reshape(self.batch_shape + (done, self.d_k))
@@ -209,9 +258,12 @@ class Int8KVCache(BaseKVCache):
     def append(self, k: Any, v: Any) -> tuple[Any, Any]:
         """Quantize and store ``n`` new positions (shapes ``batch_shape + (n, d_k)`` and
         ``(..., d_v)``); return :attr:`keys` and :attr:`values` (dequantized). Raises as
-        :meth:`attncore.KVCache.append`; on error nothing changes."""
+        :meth:`attncore.KVCache.append`; on error nothing changes. Gradients pass
+        straight through the rounding (see the Notes above)."""
         n = self._check_kv(k, v)
         start, end = self.length, self.length + n
+        self._record(start, k, v)
+        k, v = numbers_of(k), numbers_of(v)
         qv, sv = self._quantize(v, -1)
         self._qv[..., start:end, :], self._sv[..., start:end, :] = qv, sv
         if self.key_scale == "token":
@@ -244,6 +296,26 @@ class Int8KVCache(BaseKVCache):
                              f"or at least the {self._quantized_keys} positions whose keys "
                              f"are quantized per channel, got {length}")
         self.length = length
+        self._forget(length)
+
+    def _checkpoint(self) -> Any:
+        # With per-channel key scales an append can complete the open group, which a
+        # truncate cannot reopen (its original keys are gone): keep them to restore.
+        if self.key_scale == "token":
+            return self.length, None
+        rk = self._rk.copy() if isinstance(self._rk, np.ndarray) else self._rk.clone()
+        return self.length, rk
+
+    def _rollback(self, checkpoint: Any) -> None:
+        length, rk = checkpoint
+        if rk is not None:
+            self._rk[...] = rk        # the open group's keys, as they were before
+        # (the codes and scales written since lie beyond the length, or in the group that
+        # is open again, and are never read)
+        self.length = length
+        self._forget(length)
+        if length == 0:
+            self.rope_base = None
 
     def __repr__(self) -> str:
         return (f"Int8KVCache(length={self.length}, capacity={self.capacity}, batch_shape="

@@ -18,13 +18,14 @@ Each round therefore emits between 1 and ``gamma + 1`` tokens for one call of th
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from ._backend import NUMPY, backend_of, check_floating, dtype_name, shape_of
 
-__all__ = ["speculative_accept"]
+__all__ = ["row_sum_tolerance", "speculative_accept"]
 
 
 def _as_float64(name: str, x: Any) -> np.ndarray:
@@ -32,6 +33,56 @@ def _as_float64(name: str, x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x.astype(np.float64)
     return x.detach().to("cpu").double().numpy()
+
+
+def _precision(dtype: Any) -> tuple[float, float]:
+    """``(eps, subnormal step)`` of a NumPy or torch floating dtype."""
+    if isinstance(dtype, np.dtype) or not hasattr(dtype, "is_floating_point"):
+        info = np.finfo(dtype)
+        return float(info.eps), float(info.smallest_subnormal)
+    info = sys.modules["torch"].finfo(dtype)
+    return float(info.eps), float(info.tiny) * float(info.eps)   # 2^(e_min - p + 1)
+
+
+def row_sum_tolerance(target_dtype: Any, draft_dtype: Any, vocab: int) -> float:
+    """How far from 1 :func:`speculative_accept` lets a row of either distribution sum.
+
+    ``tol = max(1e-6, 4 * eps + vocab * step / 2)``, where ``eps`` is the larger machine
+    epsilon of the two dtypes and ``step`` the larger spacing of their subnormal numbers
+    (the smallest positive subnormal). Both rows are checked against this one number.
+
+    Why these terms. Rounding a distribution entry by entry to a dtype of unit roundoff
+    ``u = eps / 2`` moves an entry ``p_j`` in the normal range by at most ``u p_j``, and
+    one in the subnormal range by at most ``step / 2``, so the row sum moves by at most
+    ``u + vocab * step / 2``: a correctly rounded row always passes. The factor 8 on
+    ``u`` (``4 eps``) leaves room for a softmax computed in that dtype, whose exponentials,
+    sum and division round a few times more. Anything further from 1 is not a rounded
+    distribution but an unnormalised one, whose tokens would follow the wrong law: a
+    bfloat16 row summing to 1.45 is refused (bfloat16's tolerance is 0.031), which a
+    tolerance of 64 eps (0.5) did not do. The floor 1e-6 takes float64 and float32 rows
+    computed in float32, as model outputs are, and is far below anything a sampling
+    experiment could detect.
+
+    Why the coarser dtype, for both arrays. The emitted tokens are drawn from ``p_target``
+    and ``p_draft`` together (the acceptance ratio ``p / q``, the residual
+    ``max(0, p - q)``), so their law is only as exact as the coarser of the two: a
+    float64 ``p_target`` beside a float16 ``p_draft`` gains nothing from a check at
+    float64's precision, while a correctly rounded float16 ``p_draft`` must pass.
+
+    Parameters
+    ----------
+    target_dtype, draft_dtype : NumPy or torch floating dtypes
+        Those of ``p_target`` and ``p_draft``.
+    vocab : int
+        The length of a row.
+
+    Returns
+    -------
+    float
+    """
+    eps_t, step_t = _precision(target_dtype)
+    eps_d, step_d = _precision(draft_dtype)
+    return max(1e-6, 4 * max(eps_t, eps_d) + vocab * max(step_t, step_d) / 2)
 
 
 def _check_distributions(name: str, p: np.ndarray, tol: float) -> None:
@@ -43,8 +94,9 @@ def _check_distributions(name: str, p: np.ndarray, tol: float) -> None:
     sums = p.sum(axis=-1)
     bad = np.flatnonzero(np.abs(sums - 1) > tol)
     if bad.size:
-        raise ValueError(f"{name}: expected each row to sum to 1 (within {tol:.1g}), got "
-                         f"row {bad[0]} summing to {sums[bad[0]]:.6g}")
+        raise ValueError(f"{name}: expected each row to sum to 1 (within {tol:.2g}, "
+                         f"attncore.speculative.row_sum_tolerance of the two dtypes), "
+                         f"got row {bad[0]} summing to {sums[bad[0]]:.6g}")
 
 
 def _draw(u: float, dist: np.ndarray) -> int:
@@ -90,8 +142,9 @@ def speculative_accept(p_target: Any, p_draft: Any, draft_tokens: Any, *,
         the wrong kind.
     ValueError
         Shapes that do not fit ``(gamma + 1, vocab)``, ``(gamma, vocab)``, ``(gamma,)``;
-        probabilities that are negative, non-finite or whose rows do not sum to 1; a
-        token out of range or proposed with draft probability 0.
+        probabilities that are negative, non-finite or whose rows do not sum to 1 within
+        :func:`row_sum_tolerance` of the two dtypes; a token out of range or proposed
+        with draft probability 0.
 
     Notes
     -----
@@ -108,13 +161,16 @@ def speculative_accept(p_target: Any, p_draft: Any, draft_tokens: Any, *,
         if not np.issubdtype(draft_tokens.dtype, np.integer):
             raise TypeError(f"draft_tokens: expected an integer array, got dtype "
                             f"{dtype_name(draft_tokens)}")
-        tokens = draft_tokens.astype(np.int64)
+        raw = draft_tokens
     else:
         if draft_tokens.dtype.is_floating_point or draft_tokens.dtype.is_complex or \
                 str(draft_tokens.dtype) == "torch.bool":
             raise TypeError(f"draft_tokens: expected an integer tensor, got dtype "
                             f"{dtype_name(draft_tokens)}")
-        tokens = draft_tokens.detach().to("cpu").numpy().astype(np.int64)
+        raw = draft_tokens.detach().to("cpu").numpy()
+    # (range-checked in its own dtype before the cast to int64, which would wrap a
+    # uint64 token above 2^63 - 1 round to a negative number)
+    tokens = raw.astype(np.int64)
     if pt.ndim != 2 or pt.shape[0] < 1 or pt.shape[1] < 1:
         raise ValueError(f"p_target: expected shape (gamma + 1, vocab) with vocab >= 1, got "
                          f"{shape_of(p_target)}")
@@ -144,14 +200,12 @@ def speculative_accept(p_target: Any, p_draft: Any, draft_tokens: Any, *,
         def uniform() -> float:
             return float(torch.rand((), generator=generator, dtype=torch.float64,
                                     device=generator.device))
-    dtype = p_target.dtype if isinstance(p_target, np.ndarray) else None
-    eps = np.finfo(dtype).eps if dtype is not None else \
-        float(__import__("torch").finfo(p_target.dtype).eps)
-    tol = max(1e-6, 64 * eps)
+    tol = row_sum_tolerance(p_target.dtype, p_draft.dtype, vocab)
     _check_distributions("p_target", pt, tol)
     _check_distributions("p_draft", pd, tol)
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab):
-        bad = int(tokens[(tokens < 0) | (tokens >= vocab)][0])
+    outside = (raw < 0) | (raw >= vocab)
+    if outside.any():
+        bad = int(raw[outside][0])
         raise ValueError(f"draft_tokens: expected tokens in [0, vocab={vocab}), got {bad}")
     q_of = pd[np.arange(gamma), tokens]
     if np.any(q_of <= 0):

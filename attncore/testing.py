@@ -25,7 +25,8 @@ small input something fails::
 
 **The calling convention.** Your function is called as ``fn(q, k, v)``, ``fn(q, k, v, mask=mask)``,
 ``fn(q, k, v, causal=True)`` or ``fn(q, k, v, mask=mask, causal=True)`` (a keyword is
-passed only when a property needs it), with
+passed only when a property needs it), and, if you declare ``dropout=True``, as
+``fn(q, k, v, dropout_p=p)``, drawing its own random numbers, with
 
 * ``q`` of shape ``(*batch, n_q, d_k)``, ``k`` of shape ``(*batch, n_k, d_k)`` and ``v``
   of shape ``(*batch, n_k, d_v)``: NumPy arrays (or CPU torch tensors with
@@ -51,7 +52,8 @@ is a row of zeros, never NaN. (The example divides by ``math.sqrt``, a Python fl
 NumPy's ``np.sqrt(d)`` is a NumPy float64 scalar, which under NumPy 2 turns float32
 scores into float64, and ``preserves_dtype`` reports it.) Pass ``mask=False`` or
 ``causal=False`` to :func:`check_attention` if your function takes no such keyword; the
-properties that need it are then skipped.
+properties that need it are then skipped. Dropout is checked only where declared
+(``dropout=True``): a function without it needs no keyword.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._backend import check_flag, check_size
+from ._backend import check_flag, check_real, check_size
 
 __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
@@ -74,12 +76,18 @@ PROPERTIES = {
     "preserves_dtype": "float32 inputs give float32 outputs (float16 ones float16, if "
                        "claimed), float64 ones float64, and the same numbers to the "
                        "precision of the dtype",
+    "float64_precision": "float64 inputs are computed in float64: with every value row "
+                         "equal to one vector u, the output is u to 1e-12 (float32 "
+                         "arithmetic errs by about 1e-7)",
     "inputs_unchanged": "leaves q, k, v and mask as they were, under every combination "
                         "of mask and causal it takes, in every dtype",
     "rows_sum_to_one": "returned weights are >= 0, sum to 1 per query, are 0 where masked, "
                        "and out = weights @ v",
     "convex_combination": "each output is a weighted average of the values: within their "
                           "range, and equal to v when every value row is the same",
+    "large_scores": "scores far beyond the range of exp (up to 1000; float64's exp "
+                    "overflows above 709) give finite outputs within the range of the "
+                    "values: the softmax subtracts each row's largest score first",
     "permutation_equivariance": "permuting queries permutes the outputs; permuting keys "
                                 "with their values changes nothing",
     "no_future_leakage": "under causal=True, output i does not change when keys and "
@@ -96,6 +104,9 @@ PROPERTIES = {
     "matches_reference": "agrees with PyTorch's scaled_dot_product_attention (attncore's "
                          "NumPy reference when torch is not installed), with n_q < n_k, "
                          "n_q = n_k and n_q > n_k and several widths d_k and d_v",
+    "dropout": "with dropout_p = 0 the output is unchanged; with dropout_p = 0.5 the "
+               "outputs vary from call to call and average the output without dropout "
+               "(the kept weights are divided by 1 - dropout_p)",
 }
 """The properties :func:`check_attention` checks, by name, with what each one asserts."""
 
@@ -203,7 +214,8 @@ class _Skip(Exception):
 def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool = True,
                     batch_shape: tuple[int, ...] = (2, 3), backend: str = "numpy",
                     dtypes: tuple[str, ...] = ("float32",), atol: float = 1e-6,
-                    rtol: float = 1e-6, seed: int = 0) -> AttentionCheck:
+                    rtol: float = 1e-6, seed: int = 0,
+                    dropout: bool = False) -> AttentionCheck:
     """Run the course's attention properties on ``fn`` and report which hold.
 
     Parameters
@@ -228,6 +240,9 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
         Tolerances of every float64 comparison (``|a - b| <= atol + rtol * |b|``).
     seed : int, default 0
         Seed of the random inputs.
+    dropout : bool, default False
+        Whether ``fn`` takes a ``dropout_p`` keyword (attention dropout, drawn from its
+        own random source); if False, the ``dropout`` property is skipped.
 
     Returns
     -------
@@ -245,22 +260,21 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
         raise TypeError(f"fn: expected a callable attention function, got "
                         f"{type(fn).__name__}")
     mask, causal = check_flag("mask", mask), check_flag("causal", causal)
+    dropout = check_flag("dropout", dropout)
     if not isinstance(batch_shape, tuple):
         raise TypeError(f"batch_shape: expected a tuple of integers, got "
                         f"{type(batch_shape).__name__}")
     batch_shape = tuple(check_size("batch_shape", b) for b in batch_shape)
     if backend not in ("numpy", "torch"):
         raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-    for name, tol in (("atol", atol), ("rtol", rtol)):
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0:
-            raise ValueError(f"{name}: expected a number >= 0, got {tol!r}")
+    atol, rtol = check_real("atol", atol, minimum=0), check_real("rtol", rtol, minimum=0)
     if not isinstance(dtypes, tuple) or "float32" not in dtypes or \
             not set(dtypes) <= set(_LOW_PRECISION):
         raise ValueError(f"dtypes: expected ('float32',) or ('float32', 'float16'), got "
                          f"{dtypes!r}")
     seed = check_size("seed", seed, minimum=0)
     runner = _Runner(fn, mask, causal, batch_shape, backend, atol, rtol, seed)
-    runner.dtypes = dtypes
+    runner.dtypes, runner.has_dropout = dtypes, dropout
     results = []
     for name in PROPERTIES:
         try:
@@ -293,6 +307,7 @@ class _Runner:
         self.batch, self.backend, self.atol, self.rtol, self.seed = \
             batch, backend, atol, rtol, seed
         self.dtypes = ("float32",)
+        self.has_dropout = False
         self._weights = None                         # does fn return weights? (first call)
 
     # --- inputs and calls ------------------------------------------------------------
@@ -327,13 +342,15 @@ class _Runner:
             return torch.from_numpy(np.array(x))
         return np.array(x)
 
-    def invoke(self, q, k, v, mask=None, causal=False, *, where=""):
+    def invoke(self, q, k, v, mask=None, causal=False, *, where="", dropout_p=None):
         """``fn``'s raw result and the arguments it was given (its own copies)."""
         kwargs = {}
         if mask is not None:
             kwargs["mask"] = self.convert(mask)
         if causal:
             kwargs["causal"] = True
+        if dropout_p is not None:
+            kwargs["dropout_p"] = dropout_p
         args = [self.convert(x) for x in (q, k, v)]
         try:
             result = self.fn(*args, **kwargs)
@@ -346,10 +363,11 @@ class _Runner:
                            where or self.describe(q, k, v, mask, causal)) from None
         return result, args, kwargs
 
-    def call(self, q, k, v, mask=None, causal=False, *, where="", dtype_of=False):
+    def call(self, q, k, v, mask=None, causal=False, *, where="", dtype_of=False,
+             dropout_p=None):
         """``fn``'s result as NumPy ``(out, weights or None)``; any problem is a failure.
         With ``dtype_of``, the dtypes of the result as given are returned too."""
-        result = self.invoke(q, k, v, mask, causal, where=where)[0]
+        result = self.invoke(q, k, v, mask, causal, where=where, dropout_p=dropout_p)[0]
         out, weights = (result if isinstance(result, tuple) and len(result) == 2
                         else (result, None))
         given = (_dtype_name(out), None if weights is None else _dtype_name(weights))
@@ -432,6 +450,21 @@ class _Runner:
                                    f"{np.abs(out.astype(np.float64) - wide).max():.3g})",
                                    where)
 
+    def float64_precision(self):
+        q, k, v = self.qkv(5, 7, offset=34)
+        # every value row the same u, whose entries float32 cannot hold (1 + 1e-9 j): the
+        # exact output is u, and float64 arithmetic gives it to about 1e-15
+        u = 1.0 + 1e-9 * np.arange(1, 4)
+        same = np.broadcast_to(u, v.shape).copy()
+        where = self.describe(q, k, same, note="every value row 1 + 1e-9 * (1, 2, 3)")
+        out, _ = self.call(q, k, same, where=where)
+        error = np.abs(out - u)
+        ok = error <= 1e-12
+        if not ok.all():
+            raise _Failure(f"output {self.first_bad(ok)} differs from the common value row "
+                           f"by {error.max():.3g}, where float64 arithmetic errs by about "
+                           f"1e-15: float64 inputs are not computed in float64", where)
+
     def inputs_unchanged(self):
         shapes = ((5, 7, 4, 3), (6, 6, 4, 3), (7, 4, 5, 2))
         dtypes = ("float64",) + tuple(d for d in _LOW_PRECISION if d in self.dtypes)
@@ -511,6 +544,25 @@ class _Runner:
                                f"the weights do not sum to 1",
                                self.describe(q, k, same, m, c,
                                              ("equal value rows, " + note).strip(", ")))
+
+    def large_scores(self):
+        q, k, v = self.qkv(5, 7, offset=33)
+        # scale the queries so that the largest |score| is 1000 (scores are linear in q)
+        top = np.abs(q @ np.swapaxes(k, -1, -2)).max() / math.sqrt(q.shape[-1])
+        q = q * (1000.0 / top)
+        where = self.describe(q, k, v, note="scores up to 1000 in size")
+        out, weights = self.call(q, k, v, where=where)
+        for what, x in (("out", out), ("weights", weights)):
+            if x is not None and not np.isfinite(x).all():
+                raise _Failure(f"{what} holds NaN or infinity with scores up to 1000 in "
+                               f"size: exp overflows float64 above 709, so the softmax "
+                               f"must subtract each row's largest score first", where)
+        lo = v.min(axis=-2, keepdims=True) - self.atol
+        hi = v.max(axis=-2, keepdims=True) + self.atol
+        ok = (out >= lo) & (out <= hi)
+        if not ok.all():
+            raise _Failure(f"with scores up to 1000 in size, output {self.first_bad(ok)} "
+                           f"leaves the range of the values", where)
 
     def permutation_equivariance(self):
         rng = np.random.default_rng([self.seed, 9])
@@ -689,6 +741,39 @@ class _Runner:
             if not ok.all():
                 raise _Failure(f"differs from {name} at output {self.first_bad(ok)} (max "
                                f"error {np.abs(out - ref).max():.3g})", where)
+
+    def dropout(self):
+        if not self.has_dropout:
+            raise _Skip("fn takes no dropout_p keyword (dropout=False)")
+        n_q, p = 20, 0.5
+        q, k, v = self.qkv(n_q, 7, offset=35)
+        out, _ = self.call(q, k, v)
+        where = self.describe(q, k, v, note="dropout_p=0")
+        same, _ = self.call(q, k, v, where=where, dropout_p=0.0)
+        ok = self.close(same, out)
+        if not ok.all():
+            raise _Failure(f"dropout_p=0 changed output {self.first_bad(ok)}", where)
+        # With every value 1 an output row is the sum of its kept weights over 1 - p:
+        # 1 on average over the draws (its variance is at most p / (1 - p) = 1), 1 - p
+        # without the rescaling. Enough rows that the mean's error is below 0.03.
+        ones = np.ones_like(v)
+        rows = n_q * math.prod(self.batch)
+        calls = min(200, -(-1200 // rows))
+        where = self.describe(q, k, ones, note=f"dropout_p={p}, every value 1, {calls} "
+                                                f"calls")
+        outs = np.stack([self.call(q, k, ones, where=where, dropout_p=p)[0]
+                         for _ in range(calls)])
+        if not np.isfinite(outs).all():
+            raise _Failure("dropout gave NaN or infinity", where)
+        if np.ptp(outs, axis=0).max() == 0:
+            raise _Failure(f"dropout_p={p} gave the same output on every call: nothing "
+                           f"was dropped", where)
+        mean = float(outs.mean())
+        if abs(mean - 1.0) > 0.15:
+            why = " (about 1 - dropout_p: the kept weights are not divided by 1 - " \
+                "dropout_p)" if abs(mean - (1 - p)) < 0.15 else ""
+            raise _Failure(f"with every value 1 and dropout_p={p}, the outputs average "
+                           f"{mean:.3f} over {calls} calls, expected 1{why}", where)
 
 
 def _flags(has_mask: bool, causal: bool) -> str:

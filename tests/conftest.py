@@ -89,6 +89,7 @@ LONGEST_FIRST = (
     "chapters/02_why_sqrt_dk.ipynb",
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",
+    "tests/test_smollm2.py",
     "chapters/06_positions.ipynb",
     "chapters/07_rotary_positions.ipynb",
     "chapters/03_matmul_views.ipynb",

@@ -568,3 +568,15 @@ def test_vmap():
     with pytest.raises(NotImplementedError, match="vmap is not supported"):
         torch.func.vmap(lambda *a: ac.tiled_attention_backward(
             *a[:4], out=a[4], lse=a[5]))(q, k, v, g, out, lse)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_an_out_of_a_dropout_forward_pass_is_named(backend):
+    # tiled_attention_backward differentiates attention without dropout: an output of
+    # tiled_attention(..., dropout_p > 0) is not that function's, and the error says so
+    rng = np.random.default_rng(5)
+    q, k, v, g = (to_backend(rng.standard_normal((2, 9, 4)), backend) for _ in range(4))
+    gen = np.random.default_rng(0) if backend == "numpy" else torch.Generator()
+    out, lse = ac.tiled_attention(q, k, v, return_lse=True, dropout_p=0.3, generator=gen)
+    with pytest.raises(ValueError, match="dropout"):
+        ac.tiled_attention_backward(q, k, v, g, out=out, lse=lse)

@@ -19,7 +19,8 @@ from bench import measure, run  # noqa: E402
 
 TINY = {"torch": [(32, 1), (16, 2)], "multihead": [8], "bare": [(32, 1), (16, 2)],
         "products": [16, 32], "peak": 16, "breakdown": 16, "projection": [(2, 8)],
-        "tiled": [(64, 1), (32, 2)], "gpu": [16, 32], "training": [(16, 1, 8, 2)]}
+        "tiled": [(64, 1), (32, 2)], "gpu": [16, 32], "training": [(16, 1, 8, 2)],
+        "llm": None}           # (the SmolLM2 table: test_the_llm_table_is_written_from_its_rows)
 
 
 @pytest.fixture
@@ -125,3 +126,26 @@ def test_the_performance_page_quotes_the_committed_run():
     assert len(quoted) >= 5, "the check would see too little of the page"
     missing = sorted(quoted - set(re.findall(number, committed)))
     assert not missing, f"performance.md quotes numbers that the committed runs lack: {missing}"
+
+
+def test_the_llm_table_is_written_from_its_rows(tiny, tmp_path, monkeypatch):
+    """The SmolLM2 figures' code, end to end, on a tiny random Llama written as a GGUF file
+    (tests/tiny_gguf.py) instead of the real model."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("transformers")
+    from attncore.lab.llama_reference import transformers_llama
+    from attncore.pretrained import SmolLM2
+    from tiny_gguf import write_tiny_llama
+
+    small = SmolLM2.load(write_tiny_llama(tmp_path / "tiny.gguf", context=256))
+    pair = (small, transformers_llama(small.gguf))
+    monkeypatch.setattr(measure, "smollm2_pair", lambda: pair)
+    monkeypatch.setattr(run, "sizes", lambda quick: {**TINY, "llm": {"prefill": 12,
+                                                                     "decode": 3}})
+    monkeypatch.setattr(run, "llm_available", lambda: True)
+    assert run.main(["--only", "llm", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "llm.md").read_text()
+    assert md.count("| prefill |") == md.count("| decoding |") >= 1
+    assert "The NumPy backend decodes" in md and "Load during this table" in md
+    assert "different tokens" not in md                 # both chose the same tokens
+    assert re.search(r"\| \d+\.\d\d \[\d+\.\d\d-\d+\.\d\d\] \|", md)

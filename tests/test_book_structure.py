@@ -246,35 +246,24 @@ def directives(md: str, name: str) -> list[tuple[str, str]]:
     return [(m.group(2).strip(), m.group(3)) for m in re.finditer(pattern, md, re.M | re.S)]
 
 
-SOLUTION_OPEN = "% <details><summary>Solution</summary>"
-SOLUTION_CLOSE = "% </details>"
-SOLUTION_WRAPPED = (rf"^{re.escape(SOLUTION_OPEN)}\n\n(:{{3,}})\{{solution\}}[ \t]*(\S+)[^\n]*\n"
-                    rf".*?^\1[ \t]*\n\n{re.escape(SOLUTION_CLOSE)}[ \t]*$")
-
-
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_are_numbered_with_collapsed_solutions(nb):
     md = markdown_of(nb)
-    exercises = directives(md, "exercise")
-    assert len(exercises) >= 3 or nb.name.startswith("00_") or is_going_further(nb), \
+    portable = _script("portable_markdown")
+    notebook = json.loads(nb.read_text())
+    exercises = portable.exercises(notebook)
+    assert (len(directives(md, "exercise")) >= 3 or nb.name.startswith("00_")
+            or is_going_further(nb)), \
         f"{nb.name}: expected at least three {{exercise}} blocks, found {len(exercises)}"
-    labels = []
-    for _, body in exercises:
-        m = re.search(r"^:label:\s*(ex-[\w-]+)\s*$", body, re.M)
-        assert m, f"{nb.name}: an exercise without a ':label: ex-...': {body[:80]!r}"
-        labels.append(m.group(1))
-    solutions = {arg: body for arg, body in directives(md, "solution")}
-    for label in labels:
-        assert label in solutions, f"{nb.name}: exercise {label} has no {{solution}} {label}"
-        assert re.search(r"^:class:\s*dropdown\s*$", solutions[label], re.M), \
-            f"{nb.name}: the solution of {label} must be collapsed (:class: dropdown)"
-    # Collapsed where MyST is absent too (Colab, VS Code, plain Jupyter): each solution sits
-    # inside a <details> box written as MyST comments, blank lines included.
-    wrapped = [m.group(2) for m in re.finditer(SOLUTION_WRAPPED, md, re.M | re.S)]
-    assert sorted(wrapped) == sorted(solutions), (
-        f"{nb.name}: solutions not wrapped in '{SOLUTION_OPEN}' ... '{SOLUTION_CLOSE}' "
-        f"(blank line after the first, before the second): "
-        f"{sorted(set(solutions) - set(wrapped))}")
+    assert len(exercises) == len(directives(md, "exercise")), \
+        f"{nb.name}: an exercise without '<!-- label: ex-... -->' after its opening line"
+    assert all(label.startswith("ex-") for label in exercises), sorted(exercises)
+    # Collapsed everywhere: a dropdown with MyST, a <details> box without it (the layout
+    # that scripts/portable_markdown.py --check asks for, in test_the_markdown_reads_right_
+    # without_myst).
+    solutions = portable.solutions(notebook)
+    missing = sorted(set(exercises) - set(solutions))
+    assert not missing, f"{nb.name}: exercises without a solution dropdown: {missing}"
     # The old style: admonitions titled Exercise/Solution, bold hand-made exercise labels.
     assert not re.search(r"\{admonition\}\s*(Solution|Exercise)", md), \
         f"{nb.name}: exercises and solutions use {{exercise}}/{{solution}}, not admonitions"
@@ -457,36 +446,14 @@ def test_directives_use_colon_fences(nb):
                             "fences (:::{name} ... :::), backtick fences only for code")
 
 
-def labels_of(nb: Path) -> set[str]:
-    """The targets a reference in this notebook may name: directive labels, (label)= targets
-    and figure names."""
-    found = set()
-    for _, md in markdown_cells(nb):
-        found |= set(re.findall(r"^[ \t]*:(?:label|name):[ \t]*(\S+)", md, re.M))
-        found |= set(re.findall(r"^\(([\w-]+)\)=[ \t]*$", md, re.M))
-    return found
-
-
-def figure_names(nb: Path) -> set[str]:
-    cells = json.loads(nb.read_text())["cells"]
-    return {c.get("metadata", {}).get("mystnb", {}).get("figure", {}).get("name")
-            for c in cells} - {None}
-
-
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
-def test_no_roles_that_jupyterlab_shows_raw(nb):
-    own, figures = labels_of(nb), figure_names(nb)
-    for i, md in markdown_cells(nb):
-        raw = re.findall(r"\{(?:glue(?::\w+)?|cite(?::\w+)?|doc)\}`[^`]*`", md)
-        assert not raw, (f"{nb.name} cell {i}: {raw[0]}; write the number, the citation or "
-                         "a Markdown link instead (CONTRIBUTING.md)")
-        for role, body in re.findall(r"\{(numref|ref|prf:ref)\}`([^`]*)`", md):
-            target = re.sub(r"(?s).*<([^>]*)>\s*$", r"\1", body).strip()
-            assert target in own, (f"{nb.name} cell {i}: {{{role}}}`{body}` points into another "
-                                   "document; use a Markdown link with words")
-            assert not (role == "numref" and target in figures), \
-                (f"{nb.name} cell {i}: {{numref}}`{target}` (a figure drawn by a code cell): "
-                 "say 'the figure below/above'")
+def test_the_markdown_reads_right_without_myst(nb):
+    # scripts/portable_markdown.py --check: no role, option line, target line or comment
+    # line (a frontend without MyST shows them as text), references as links with words to
+    # labels of this notebook, each solution a dropdown that opens with a <details> block.
+    found = _script("portable_markdown").notebook_problems(json.loads(nb.read_text()))
+    assert not found, (f"{nb.name} (python3 scripts/portable_markdown.py --write converts "
+                       "the older convention):\n" + "\n".join(found))
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)

@@ -14,7 +14,7 @@ MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attnco
            "attncore.softmax", "attncore.online_softmax", "attncore.testing", "attncore.tiled",
            "attncore.paged", "attncore.quantized_cache", "attncore.mla",
            "attncore.speculative", "attncore.window_cache", "attncore.delta_rule",
-           "attncore.sparse_attention"]
+           "attncore.sparse_attention", "attncore.layers"]
 
 
 @pytest.mark.parametrize("name", MODULES)

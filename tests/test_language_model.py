@@ -112,3 +112,19 @@ def test_bigram_baseline_and_gradient_norms():
     assert pre.shape == post.shape == (3,) and np.isfinite(pre).all() and (post > 0).all()
     # post-norm puts more of the gradient on the top block than pre-norm does
     assert post[-1] / post[0] > pre[-1] / pre[0]
+
+
+def test_random_batch_can_draw_every_window_the_last_included():
+    # a text of 6 ids has 3 windows of 3 + 1 ids: starts 0, 1 and 2, the last ending at
+    # the final id, which is then a target
+    ids = np.arange(6)
+    starts = []
+    for seed in range(60):
+        x, y = lab.random_batch(np.random.default_rng(seed), ids, 4, 3)
+        assert (y == x + 1).all() and x.shape == (4, 3)
+        starts += x[:, 0].tolist()
+    assert set(starts) == {0, 1, 2}
+    counts = np.bincount(starts)                 # 240 draws, 80 expected of each
+    assert counts.min() > 50 and counts.max() < 110
+    with pytest.raises(ValueError, match="seq_len"):
+        lab.random_batch(np.random.default_rng(0), ids, 4, 6)

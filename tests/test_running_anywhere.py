@@ -724,6 +724,7 @@ def _notebook_anchors(nb: dict) -> set[str]:
                         re.sub(r"[^\w\- ]", "", heading).strip().lower().replace(" ", "-")}
         anchors |= set(re.findall(r"^\((\S+)\)=\s*$", text, re.M))
         anchors |= set(re.findall(r"^:label:\s*(\S+)", text, re.M))
+        anchors |= set(re.findall(r"^<!-- label: (\S+) -->", text, re.M))
         anchors |= set(re.findall(r"\b(?:id|name)=\"([^\"]+)\"", text))
     return anchors
 

@@ -191,6 +191,62 @@ def test_chi_square_test_agrees_with_the_textbook_values():
         chi_square_test(counts, np.array([1.0, 0.0]))
 
 
+# --- the row-sum rule, from both dtypes (issue 37) ----------------------------------------
+
+def test_a_bfloat16_row_far_from_one_is_refused():
+    # 64 eps of bfloat16 is 0.5: a row summing to 1.45 used to be taken as it was
+    pt = torch.tensor([[0.95, 0.5], [0.5, 0.5]], dtype=torch.bfloat16)
+    pd = torch.tensor([[0.5, 0.5]], dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="p_target: expected each row to sum to 1.*"
+                                         "summing to 1.449"):
+        ac.speculative_accept(pt, pd, torch.tensor([0]), generator=torch.Generator())
+
+
+def test_a_correctly_rounded_float16_draft_beside_a_float64_target_is_taken():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((2, 2000)) * 2
+    p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    pd = p[:1].astype(np.float16)                       # rounded to nearest, entry by entry
+    assert abs(pd.astype(np.float64).sum() - 1) > 1e-6  # more than float64's rule allowed
+    token = np.array([int(np.argmax(pd[0]))])
+    for generator, lib in ((np.random.default_rng(0), np.asarray),
+                           (torch.Generator(), torch.from_numpy)):
+        out = ac.speculative_accept(lib(p), lib(pd), lib(token), generator=generator)
+        assert 1 <= len(out) <= 2
+    # and the other way round: the tolerance is the coarser dtype's, whichever holds it
+    ac.speculative_accept(p.astype(np.float16), p[:1], token,
+                          generator=np.random.default_rng(0))
+
+
+def test_the_tolerance_is_stated_and_applied():
+    from attncore.speculative import row_sum_tolerance
+
+    eps16 = float(np.finfo(np.float16).eps)
+    tol = row_sum_tolerance(np.float64, np.float16, vocab=2)
+    assert tol == row_sum_tolerance(np.float16, np.float64, vocab=2) >= 2 * eps16
+    assert row_sum_tolerance(np.float64, np.float64, vocab=2) == 1e-6
+    assert row_sum_tolerance(torch.bfloat16, torch.float32, vocab=2) < 0.45
+    # just inside is taken, just outside refused
+    pt = np.array([[0.5, 0.5 + tol / 2], [0.5, 0.5]])
+    ac.speculative_accept(pt, np.full((1, 2), 0.5, np.float16), np.array([0]),
+                          generator=np.random.default_rng(0))
+    pt[0, 1] = 0.5 + 2 * tol
+    with pytest.raises(ValueError, match="p_target: expected each row to sum to 1"):
+        ac.speculative_accept(pt, np.full((1, 2), 0.5, np.float16), np.array([0]),
+                              generator=np.random.default_rng(0))
+
+
+def test_a_huge_unsigned_token_is_reported_as_it_is():
+    pt, pd = np.full((2, 3), 1 / 3), np.full((1, 3), 1 / 3)
+    token = np.array([2**63 + 1], dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"vocab=3\), got 9223372036854775809"):
+        ac.speculative_accept(pt, pd, token, generator=np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"got 9223372036854775809"):
+        ac.speculative_accept(torch.from_numpy(pt), torch.from_numpy(pd),
+                              torch.tensor([2**63 + 1], dtype=torch.uint64),
+                              generator=torch.Generator())
+
+
 def test_pooled_cells_merges_the_small_expected_counts_and_keeps_the_totals():
     counts = np.array([50, 30, 3, 2, 1, 0])
     p = np.array([0.5, 0.3, 0.08, 0.06, 0.04, 0.02])   # expected 43, 25.8, 6.9, 5.2, 3.4, 1.7

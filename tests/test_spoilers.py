@@ -8,7 +8,8 @@ decimals counts when it is the answer rounded to them, if it keeps four signific
 0.4096, or 40.96 % for 0.4096.
 
 "Before the exercise" is exact: every cell above the markdown cell that holds the exercise's
-``:label:``, and the part of that cell above the exercise's directive. In those cells "what the
+label (``<!-- label: ex-... -->``, or an older ``:label:`` option), and the part of that cell
+above the exercise's directive. In those cells "what the
 reader sees" is
 
 - a markdown cell's text, with any ``{glue:text}`` role replaced by the text the run glued (so
@@ -32,6 +33,7 @@ import ast
 import json
 import math
 import re
+import sys
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
@@ -40,6 +42,9 @@ import pytest
 
 import notebook_fixtures
 from exercise_answers import ANSWERS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import portable_markdown  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -179,16 +184,11 @@ def glued(nb: dict) -> dict[str, str]:
 def exercise_cell(nb: dict, label: str) -> tuple[int, int] | None:
     """(index of the markdown cell that defines exercise ``label``, offset in its source of
     the line that opens the directive), or None if the notebook has no such exercise."""
-    for i, cell in enumerate(nb["cells"]):
-        source = "".join(cell["source"])
-        if cell["cell_type"] != "markdown":
-            continue
-        m = re.search(r"^:label:[ \t]*" + re.escape(label) + r"[ \t]*$", source, re.M)
-        if m:
-            openings = [o for o in re.finditer(r"^(:{3,}|`{3,})\{exercise\}", source, re.M)
-                        if o.start() < m.start()]
-            return i, (openings[-1].start() if openings else m.start())
-    return None
+    target = portable_markdown.notebook_targets(nb).get(label)
+    if target is None or target.kind != "exercise":
+        return None
+    lines = "".join(nb["cells"][target.cell]["source"]).split("\n")
+    return target.cell, sum(len(line) + 1 for line in lines[:target.line])
 
 
 def seen_text(cell: dict, values: dict[str, str]) -> list[tuple[str, str]]:
@@ -311,7 +311,7 @@ def test_the_check_catches_a_small_whole_answer_and_passes_a_clean_chapter():
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
     nb = notebook_fixtures.conventions_notebook()
-    ex = next(i for i, c in enumerate(nb.cells) if ":label: ex-fixture-sum" in c.source)
+    ex = next(i for i, c in enumerate(nb.cells) if "<!-- label: ex-fixture-sum -->" in c.source)
     innocent = new_code_cell("show()", outputs=[new_output(
         "stream", name="stdout", text="sizes 4480 and 0.448, dtype float448\n")])
     nb.cells.insert(ex, innocent)
@@ -329,7 +329,7 @@ def test_the_check_sees_what_comes_before_the_exercise_and_nothing_after():
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
     nb = notebook_fixtures.conventions_notebook()
-    ex = next(i for i, c in enumerate(nb.cells) if ":label: ex-fixture-sum" in c.source)
+    ex = next(i for i, c in enumerate(nb.cells) if "<!-- label: ex-fixture-sum -->" in c.source)
     assert not leaks(json.loads(json.dumps(nb)), "ex-fixture-sum", [1408])
     early = new_code_cell("print(total)", outputs=[
         new_output("stream", name="stdout", text="total: 1,408\n")])

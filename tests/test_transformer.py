@@ -142,7 +142,7 @@ def test_bad_arguments_are_named():
         ac.transformer_block(p, np.zeros((2, 8)))
     with pytest.raises(TypeError, match="expected one floating dtype"):
         ac.transformer_block(p, np.zeros((2, 16), dtype=np.float32))
-    with pytest.raises(ValueError, match="activation: expected 'relu' or 'gelu'"):
+    with pytest.raises(ValueError, match="activation: expected 'relu', 'gelu' or 'swiglu'"):
         ac.init_transformer_block(16, 4, 32, activation="swish")
     with pytest.raises(ValueError, match="num_heads: expected a divisor"):
         ac.init_transformer_block(16, 3, 32)

@@ -3,7 +3,8 @@ PyTorch's kernel, forward (output, row log-sum-exp) and backward (the three grad
 
 On a machine without a GPU the kernels run in Triton's interpreter, on CPU tensors; the
 sizes are small because the interpreter runs every program one after another in Python.
-The float16 and bfloat16 cases need the compiled kernels and skip without CUDA. The whole
+The large float16 and bfloat16 cases need the compiled kernels and skip without CUDA; a
+small one of each runs in the interpreter (bfloat16 there is computed in float32). The whole
 file skips where Triton is not installed (it is the optional extra ``attncore[triton]``).
 """
 
@@ -161,3 +162,46 @@ def test_triton_is_an_optional_extra():
     meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert any(r.startswith("triton") for r in
                meta["project"]["optional-dependencies"]["triton"])
+
+
+# --- issue 37 ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_is_right_on_the_interpreter_too(dtype):
+    # Triton's interpreter multiplies bfloat16 tiles as the integers of their bit patterns
+    # (outputs near 1e9); flash_attention computes them in float32 there instead.
+    if not CPU_OK:
+        pytest.skip("Triton was imported without its interpreter")
+    dtype = getattr(torch, dtype)
+    q, k, v, g = _inputs((1, 2, 40, 32), dtype=dtype, seed=4)
+    mine = _run(at.flash_attention, q, k, v, g, causal=True)
+    ref = _run(F.scaled_dot_product_attention, *(x.float() for x in (q, k, v, g)),
+               is_causal=True)
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    for a, b in zip(mine, ref):
+        assert a.dtype == dtype
+        assert (a.float() - b).abs().max() < tol * max(1.0, float(b.abs().max()))
+    _, lse = at.flash_attention(q, k, v, causal=True, return_lse=True)
+    s = (q.float() @ k.float().transpose(-1, -2) / 32 ** 0.5).masked_fill(
+        ~torch.ones(40, 40, dtype=torch.bool).tril(), float("-inf"))
+    assert (lse - torch.logsumexp(s, -1)).abs().max() < 1e-2
+
+
+def test_second_derivatives_are_refused():
+    q, k, v, g = _inputs((1, 1, 16, 16), device=DEVICES[0])
+    q = q.requires_grad_()
+    out = at.flash_attention(q, k, v)
+    with pytest.raises(RuntimeError, match="second derivatives"):
+        torch.autograd.grad((out * g).sum(), q, create_graph=True)
+    # a first derivative is still fine
+    (dq,) = torch.autograd.grad((at.flash_attention(q, k, v) * g).sum(), q)
+    assert dq.shape == q.shape
+
+
+def test_block_sizes_may_be_numpy_integers():
+    q, k, v, _ = _inputs((1, 1, 20, 16), device=DEVICES[0])
+    a = at.flash_attention(q, k, v, block_m=np.int64(16), block_n=np.int32(32))
+    b = at.flash_attention(q, k, v, block_m=16, block_n=32)
+    assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="block_m: expected a positive integer"):
+        at.flash_attention(q, k, v, block_m=16.0)

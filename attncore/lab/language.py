@@ -110,10 +110,25 @@ def corpus(val_fraction: float = 0.1) -> tuple[CharTokenizer, np.ndarray, np.nda
 def random_batch(rng: np.random.Generator, ids: np.ndarray, batch_size: int,
                  seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """``batch_size`` windows of ``seq_len + 1`` consecutive ids at random offsets: inputs
-    ``(batch, seq_len)`` and targets, the same windows shifted by one."""
-    starts = rng.integers(0, len(ids) - seq_len - 1, size=batch_size)
-    windows = np.stack([ids[s:s + seq_len + 1] for s in starts])
-    return windows[:, :-1], windows[:, 1:]
+    ``(batch, seq_len)`` and targets, the same windows shifted by one.
+
+    Each of the ``len(ids) - seq_len`` windows is equally likely, the last one (whose
+    final target is the text's final id) included. A text shorter than ``seq_len + 1``
+    ids is a ``ValueError``."""
+    windows = len(ids) - seq_len                 # starts 0 .. len(ids) - seq_len - 1
+    if windows < 1:
+        raise ValueError(f"seq_len: expected at most len(ids) - 1 = {len(ids) - 1} (a "
+                         f"window holds seq_len + 1 ids), got {seq_len}")
+    # Uniform over the first windows - 1 starts, then each moved to the last start with
+    # probability 1 / windows: uniform over all of them (each start has probability
+    # (1 - 1/windows) / (windows - 1) = 1/windows, the last 1/windows), and a seed keeps
+    # the starts it drew when the last window was never drawn (an off-by-one), so the
+    # shipped checkpoint's batches, none of which moved, are still what its seeds draw.
+    starts = rng.integers(0, windows - 1, size=batch_size) if windows > 1 else \
+        np.zeros(batch_size, dtype=np.int64)
+    starts[rng.random(batch_size) < 1 / windows] = windows - 1
+    drawn = np.stack([ids[s:s + seq_len + 1] for s in starts])
+    return drawn[:, :-1], drawn[:, 1:]
 
 
 # --- the configuration and the loop -----------------------------------------------------------

@@ -67,8 +67,8 @@ def real_answer(name: str, value: Any) -> float:
 def exercise(label: str) -> Callable[[Callable[..., Verdict]], Callable[..., Verdict]]:
     """Register the decorated function as the checker of the exercise labelled ``label``.
 
-    ``label`` is the exercise's label in its chapter (``:label:`` of its ``{exercise}``
-    directive); each label is registered once.
+    ``label`` is the exercise's label in its chapter (the ``<!-- label: ... -->`` comment of
+    its ``{exercise}`` directive); each label is registered once.
     """
     def register(checker: Callable[..., Verdict]) -> Callable[..., Verdict]:
         if label in _CHECKERS:
