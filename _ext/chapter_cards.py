@@ -1,8 +1,9 @@
 """The landing page's chapter cards, and what the landing page says with or without a repository.
 
-``:::{chapter-cards}`` writes one card per chapter of ``_toc.yml``, in its order: the number
-the sidebar gives it, its title (the notebook's first heading, up to a colon), the one-line
-pitch and the picture's alt text below (``CARDS``), and its picture,
+``:::{chapter-cards}`` writes one card per chapter of ``_toc.yml``, in its order and under
+its part's caption, as the sidebar groups them: the number the sidebar gives it, its title
+(the notebook's first heading, up to a colon), the one-line pitch and the picture's alt
+text below (``CARDS``), and its picture,
 ``_static/cards/<slug>.svg``, drawn by ``scripts/make_cards.py``. Everything is keyed by the
 chapter's slug (the file name without its number), so that renumbering the chapters cannot
 give a card another chapter's picture; a chapter without an entry here, or an entry without
@@ -20,6 +21,7 @@ import json
 import re
 from pathlib import Path
 
+import yaml
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
@@ -119,27 +121,43 @@ CARDS: dict[str, tuple[str, str]] = {
 }
 
 
-def chapters(root: Path = ROOT) -> list[tuple[int, str, str]]:
-    """(sidebar number, slug, notebook stem) of every chapter in _toc.yml, in order. The
-    number is the file's NN prefix (the structure test checks it equals the sidebar's)."""
-    text = (root / "_toc.yml").read_text()
+def parts(root: Path = ROOT) -> list[tuple[str, list[tuple[int, str, str]]]]:
+    """(caption, its chapters) for every part of _toc.yml that holds a chapter, in order; a
+    chapter is (sidebar number, slug, notebook stem). The number is the file's NN prefix
+    (the structure test checks it equals the sidebar's); going-further pages (a chapter's
+    ``sections``) and pages outside ``chapters/`` are left out."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
     found = []
-    for path in re.findall(r"^\s{6}-\s*file:\s*chapters/(\S+)", text, re.M):
-        m = re.fullmatch(r"(\d+)_(\w+)", path)
-        if m:
-            found.append((int(m.group(1)), m.group(2), path))
+    for part in toc.get("parts", []):
+        listed = []
+        for entry in part.get("chapters", []):
+            m = re.fullmatch(r"chapters/(\d+)_(\w+)", entry.get("file", ""))
+            if m:
+                listed.append((int(m.group(1)), m.group(2), f"{m.group(1)}_{m.group(2)}"))
+        if listed:
+            found.append((part.get("caption", ""), listed))
     return found
 
 
-def chapter_title(stem: str, root: Path = ROOT) -> str:
-    """The notebook's first heading, up to a colon (a card's title is short)."""
+def chapters(root: Path = ROOT) -> list[tuple[int, str, str]]:
+    """(sidebar number, slug, notebook stem) of every chapter in _toc.yml, in order."""
+    return [chapter for _, listed in parts(root) for chapter in listed]
+
+
+def full_title(stem: str, root: Path = ROOT) -> str:
+    """The notebook's first heading."""
     nb = json.loads((root / "chapters" / f"{stem}.ipynb").read_text())
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             m = re.search(r"^#\s+(.+)$", "".join(cell["source"]), re.M)
             if m:
-                return m.group(1).split(":")[0].strip()
+                return m.group(1).strip()
     raise ExtensionError(f"chapter-cards: {stem}.ipynb has no title")
+
+
+def chapter_title(stem: str, root: Path = ROOT) -> str:
+    """The notebook's first heading, up to a colon (a card's title is short)."""
+    return full_title(stem, root).split(":")[0].strip()
 
 
 def check(root: Path = ROOT) -> list[str]:
@@ -156,16 +174,21 @@ def check(root: Path = ROOT) -> list[str]:
 
 
 def cards_markdown(root: Path = ROOT) -> str:
-    """The MyST text of the grid of cards."""
-    blocks = ["::::{grid} 1 2 2 3", ":gutter: 3", ":class-container: attncore-cards", ""]
-    for number, slug, stem in chapters(root):
-        pitch, alt = CARDS[slug]
-        title = chapter_title(stem, root)
-        heading = title if number == 0 else f"{number} \u00b7 {title}"
-        blocks += [f":::{{grid-item-card}} {heading}", f":link: chapters/{stem}",
-                   ":link-type: doc", f":img-top: {CARD_DIR}/{slug}.svg", f":img-alt: {alt}",
-                   "", pitch, ":::", ""]
-    blocks.append("::::")
+    """The MyST text of the cards: under each part's caption (as the sidebar groups them),
+    a grid of its chapters' cards."""
+    blocks = [":::::{container} attncore-cards", ""]
+    for caption, listed in parts(root):
+        blocks += [f"::::{{rubric}} {caption}", "::::", "",
+                   "::::{grid} 1 2 2 3", ":gutter: 3", ""]
+        for number, slug, stem in listed:
+            pitch, alt = CARDS[slug]
+            title = chapter_title(stem, root)
+            heading = title if number == 0 else f"{number} \u00b7 {title}"
+            blocks += [f":::{{grid-item-card}} {heading}", f":link: chapters/{stem}",
+                       ":link-type: doc", f":img-top: {CARD_DIR}/{slug}.svg",
+                       f":img-alt: {alt}", "", pitch, ":::", ""]
+        blocks += ["::::", ""]
+    blocks.append(":::::")
     return "\n".join(blocks)
 
 

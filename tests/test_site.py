@@ -855,7 +855,12 @@ def test_every_chapter_has_a_card_and_every_card_a_chapter(site):
     for (src, title, stem), (number, slug, _) in zip(found, chapters):
         assert Path(src).stem == slug, f"{stem}'s card shows {src}"
         title = html.unescape(re.sub(r"<[^>]+>", "", title))
-        assert number == 0 or title.startswith(f"{number} \u00b7 "), (stem, title)
+        name = cards.chapter_title(stem)
+        assert title == (name if number == 0 else f"{number} \u00b7 {name}"), (stem, title)
+    # under the parts' captions, in the sidebar's order
+    captions = [html.unescape(c) for c in
+                re.findall(r'<p class="rubric"[^>]*>(.*?)</p>', grid, re.S)]
+    assert captions == [caption for caption, _ in cards.parts()], captions
 
 
 def test_the_card_check_catches_a_missing_and_an_extra_card(tmp_path):
