@@ -207,7 +207,7 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
     back = ('<section class="attncore-print-page" id="solutions"><h1>Solutions to the '
             'exercises</h1>' + "".join(solutions) + "</section>")
     # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
-    # adds for screen readers (half of its work): the PDF is tagged from the typeset page.
+    # adds for screen readers (half of its work), which a printed page cannot use.
     scripts = [f"<script>{mathjax_config}\n"
                "window.MathJax.options = Object.assign(window.MathJax.options || {}, "
                "{enableMenu: false, enableAssistiveMml: false});</script>",

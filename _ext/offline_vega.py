@@ -56,9 +56,19 @@ function attncoreDraw(box) {
   var spec = JSON.parse(box.querySelector("script.attncore-vega-spec").textContent);
   // as wide as the column, whatever the screen (the stored width suits JupyterLab, which
   // draws an output before it is on the page and would measure a container as 0 wide)
+  var narrow = false;
   [spec].concat(spec.vconcat || []).forEach(function (view) {
-    if (typeof view.width === "number") view.width = "container";
+    if (typeof view.width === "number") {
+      narrow = narrow || box.clientWidth < view.width;
+      view.width = "container";
+    }
   });
+  // on a phone a long title breaks into lines where the figure says, not off the chart
+  // (an expression that returns an array of strings makes a title of several lines)
+  var title = spec.title, meta = spec.usermeta || {};
+  if (narrow && meta.narrowTitleBreak && title && title.text && title.text.expr)
+    title.text = {expr: "split(" + title.text.expr + ", " +
+                        JSON.stringify(meta.narrowTitleBreak) + ")"};
   box.attncoreControls = (spec.params || []).filter(function (p) { return p.bind; })
     .map(function (p) { return p.name; });
   var options = Object.assign({mode: "vega-lite"},

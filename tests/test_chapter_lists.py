@@ -66,3 +66,5 @@ def test_the_landing_page_pitch_covers_every_part():
     at = [pitch.find(f"**{caption}:**") for caption in numbered]
     assert all(i >= 0 for i in at), dict(zip(numbered, at))
     assert at == sorted(at), "the pitch takes the parts out of the sidebar's order"
+    words = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"in {words.get(len(numbered))} parts:" in pitch, "the pitch miscounts the parts"

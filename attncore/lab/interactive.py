@@ -126,8 +126,13 @@ class InteractiveFigure:
 def _figure(title: Any, description: str, params: list[dict], body: dict,
             data: list[dict], controls: list[str],
             still: Callable[[Any], None] | None = None) -> InteractiveFigure:
+    title = dict(title)
+    narrow_break = title.pop("narrow_break", None)
     spec = {"description": description, "title": title, "data": {"values": data},
             "params": params, "config": _CONFIG, **_FIT, **body}
+    if narrow_break:
+        # read by the website's script only (Vega-Lite leaves usermeta alone)
+        spec["usermeta"] = {"narrowTitleBreak": narrow_break}
     # (the plain-text stand-in, in lines that fit the content column)
     text = textwrap.fill(f"Interactive figure: {description}.", width=78)
     return InteractiveFigure(spec, text, controls, still)
@@ -144,9 +149,16 @@ def _checkbox(name: str, label: str, value: bool) -> dict:
     return {"name": name, "value": value, "bind": {"input": "checkbox", "name": label}}
 
 
-def _title(expr: str) -> dict:
-    """A title that the chart's expression ``expr`` writes (it follows the controls)."""
-    return {"text": {"expr": expr}}
+def _title(expr: str, narrow_break: str | None = None) -> dict:
+    """A title that the chart's expression ``expr`` writes (it follows the controls).
+
+    ``narrow_break``: where a title too long for a phone's column breaks into lines (every
+    occurrence, which is dropped); the website breaks it there when the column is narrower
+    than ``WIDTH``, JupyterLab (whose output is ``WIDTH`` wide) never."""
+    title: dict = {"text": {"expr": expr}}
+    if narrow_break:
+        title["narrow_break"] = narrow_break
+    return title
 
 
 # --- chapter 2: the softmax saturates as d_k grows ---------------------------------------
@@ -193,7 +205,8 @@ def softmax_saturation_figure(*, n_keys: int = 10, max_log2_d_k: int = 10,
                                "scale": {"domain": [0, 1]}}}}
     body = {"width": WIDTH, "height": 200, "transform": pick, "layer": [bars]}
     title = _title("'One query\u2019s softmax weights at d\u2096 = ' + pow(2, toNumber(log2_dk))"
-                   " + (divide ? ', scores divided by \u221ad\u2096' : ', raw scores')")
+                   " + (divide ? ', scores divided by \u221ad\u2096' : ', raw scores')",
+                   narrow_break=", ")
 
     def still(fig):
         ax = fig.subplots()
@@ -265,7 +278,8 @@ def mask_figure(*, n: int = 6, d_k: int = 4, seed: int = 0) -> InteractiveFigure
     body = {"width": WIDTH, "height": 260, "transform": pick, "layer": [cells, text],
             "config": {**_CONFIG, "scale": {"bandPaddingInner": 0.06}}}
     title = _title(f"(causal ? 'Causal mask' : 'No causal mask') + (toNumber(length) < {n}"
-                   f" ? ', padding from key ' + length : ', no padding') + ' (grey: removed)'")
+                   f" ? ', padding from key ' + length : ', no padding') + ' (grey: removed)'",
+                   narrow_break=", ")
 
     def still(fig):
         import matplotlib as mpl
@@ -340,7 +354,8 @@ def rope_rotation_figure(*, d: int = 8, n_positions: int = 32,
     body = {"width": WIDTH, "height": 300, "layer": [trail, arrow, head]}
     title = _title("'Pair ' + pair + ' (\u03c9 = ' + format(omegas[toNumber(pair)], '.3g')"
                    " + ') at position ' + position + ': turned by m\u03c9 = '"
-                   " + format(toNumber(position) * omegas[toNumber(pair)], '.2f') + ' rad'")
+                   " + format(toNumber(position) * omegas[toNumber(pair)], '.2f') + ' rad'",
+                   narrow_break=": ")
 
     def still(fig):
         ax = fig.subplots()
@@ -425,7 +440,7 @@ def online_softmax_figure(*, n_keys: int = 16, block_size: int = 4,
     now = "states[toNumber(blocks) - 1]"
     title = _title(f"'After ' + blocks + ' of {n_blocks} blocks: m = ' + format({now}.m, '.2f')"
                    f" + ',  \u2113 = ' + format({now}.l, '.3f') + ',  o / \u2113 = '"
-                   f" + format({now}.o, '.3f')")
+                   f" + format({now}.o, '.3f')", narrow_break=": ")
 
     def still(fig):
         top_ax, bottom_ax = fig.subplots(2, 1, sharex=True)
