@@ -413,7 +413,6 @@ OVERFLOW_PROBE = """
 """
 
 
-@pytest.mark.browser
 TITLE_PROBE = """
 [...document.querySelectorAll("div.attncore-vega svg.marks")].flatMap(svg =>
   [...svg.querySelectorAll(".role-title text")].map(t =>
@@ -421,6 +420,7 @@ TITLE_PROBE = """
      Math.round(svg.getBoundingClientRect().right)]))"""
 
 
+@pytest.mark.browser
 def test_no_page_scrolls_sideways_on_a_phone(site, browser):
     # Every built page, not only the chapters: the index, search and API pages too.
     problems, checked = [], 0
