@@ -32,8 +32,7 @@ element (Space, which toggles them, is no notebook shortcut); menus (``select``)
 as JupyterLab takes their arrow keys.
 
 The output holds no ids, timestamps or memory addresses and its numbers are rounded, so a fresh
-run stores exactly the same specification (the still picture is PNG, which nbval does not
-compare byte for byte).
+run stores exactly the same specification.
 """
 
 from __future__ import annotations
