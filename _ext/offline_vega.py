@@ -27,30 +27,75 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 
 VEGALITE_MIME = "application/vnd.vegalite.v5+json"
-# The Vega-Lite 5 release the bundle carries (JupyterLab 4 draws Vega-Lite 5 too).
-VEGALITE_VERSION = "5.21"
+# The Vega-Lite release the bundle carries. The figures' specifications name no version
+# ($schema): each renderer compiles them with its own Vega-Lite (JupyterLab 4 with Vega-Lite
+# 5); here Vega-Lite 6, which compiles to Vega 6, the version of the bundle's Vega, so that
+# vega-embed finds the versions agree and logs no warning.
+VEGALITE_VERSION = "6.4"
 SCRIPT = "vega/attncore-vega.js"
 _MARK = 'class="attncore-vega"'
 
-# Draws every figure of the page; runs once the page has been parsed.
+# Draws every figure of the page once the page has been parsed, in the page's colours: the
+# book theme's dark mode (html[data-theme="dark"]) gets Vega's dark theme, and a switch of
+# the mode draws the figures again, with the controls where the reader left them.
 _DRAW = """
-function attncoreDrawFigures() {
-  document.querySelectorAll("div.attncore-vega").forEach(function (box) {
-    if (box.dataset.drawn) return;
-    box.dataset.drawn = "1";
-    var spec = JSON.parse(box.querySelector("script.attncore-vega-spec").textContent);
-    var options = JSON.parse(box.dataset.embedOptions || "{}");
-    var target = document.createElement("div");
-    box.appendChild(target);
-    window.vegaEmbed(target, spec, Object.assign({mode: "vega-lite"}, options))
-      .catch(function (error) { console.error("interactive figure: " + error); });
+function attncoreTheme() {
+  return document.documentElement.dataset.theme === "dark" ? "dark" : "light";
+}
+function attncoreDraw(box) {
+  var theme = attncoreTheme();
+  if (box.dataset.drawn === theme) return;
+  var kept = {};
+  if (box.attncoreView) {
+    (box.attncoreControls || []).forEach(function (name) {
+      kept[name] = box.attncoreView.signal(name);
+    });
+    box.attncoreView.finalize();
+  }
+  box.dataset.drawn = theme;
+  var spec = JSON.parse(box.querySelector("script.attncore-vega-spec").textContent);
+  // as wide as the column, whatever the screen (the stored width suits JupyterLab, which
+  // draws an output before it is on the page and would measure a container as 0 wide)
+  var narrow = false;
+  [spec].concat(spec.vconcat || []).forEach(function (view) {
+    if (typeof view.width === "number") {
+      narrow = narrow || box.clientWidth < view.width;
+      view.width = "container";
+    }
   });
+  // on a phone a long title breaks into lines where the figure says, not off the chart
+  // (an expression that returns an array of strings makes a title of several lines)
+  var title = spec.title, meta = spec.usermeta || {};
+  if (narrow && meta.narrowTitleBreak && title && title.text && title.text.expr)
+    title.text = {expr: "split(" + title.text.expr + ", " +
+                        JSON.stringify(meta.narrowTitleBreak) + ")"};
+  box.attncoreControls = (spec.params || []).filter(function (p) { return p.bind; })
+    .map(function (p) { return p.name; });
+  var options = Object.assign({mode: "vega-lite"},
+                              JSON.parse(box.dataset.embedOptions || "{}"));
+  if (theme === "dark") options.theme = "dark";
+  var old = box.querySelector("div.attncore-vega-view");
+  if (old) old.remove();
+  var target = document.createElement("div");
+  target.className = "attncore-vega-view";
+  box.appendChild(target);
+  window.vegaEmbed(target, spec, options).then(function (result) {
+    box.attncoreView = result.view;
+    Object.keys(kept).forEach(function (name) { result.view.signal(name, kept[name]); });
+    return result.view.runAsync();
+  }).catch(function (error) { console.error("interactive figure: " + error); });
+}
+function attncoreDrawFigures() {
+  document.querySelectorAll("div.attncore-vega").forEach(attncoreDraw);
 }
 if (document.readyState === "loading") {
   document.addEventListener("DOMContentLoaded", attncoreDrawFigures);
 } else {
   attncoreDrawFigures();
 }
+new MutationObserver(attncoreDrawFigures).observe(document.documentElement,
+                                                  {attributes: true,
+                                                   attributeFilter: ["data-theme"]});
 """
 
 
@@ -73,7 +118,8 @@ def _bundle() -> str:
 class VegaLiteRenderer:
     """A myst-nb MIME renderer plugin for Vega-Lite 5 outputs (see the module's docstring)."""
 
-    mime_priority_overrides = [("html", VEGALITE_MIME, 5)]
+    # before the still picture (image/png, 50) that the output carries for other frontends
+    mime_priority_overrides = [(builder, VEGALITE_MIME, 5) for builder in ("html", "singlehtml")]
 
     @staticmethod
     def handle_mime(renderer, data, inline):

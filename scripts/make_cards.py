@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Draw the small pictures of the landing page's chapter cards into _static/cards/ (SVG).
 
-Each picture is computed with attncore, like the chapter it stands for. The SVGs are
-committed; run this again after changing a picture (from the repository root, with the
-course's environment):
+Each picture is computed with attncore, like the chapter it stands for, and named by the
+chapter's slug (its file name without the number: ``card_why_sqrt_dk`` draws
+``_static/cards/why_sqrt_dk.svg`` for ``chapters/02_why_sqrt_dk.ipynb``), so that renumbering
+the chapters cannot give a card another chapter's picture. The cards' titles and pitches are
+in ``_ext/chapter_cards.py``, keyed the same way. The SVGs are committed; run this again after
+changing a picture (from the repository root, with the course's environment):
 
     .venv/bin/python scripts/make_cards.py
 
@@ -47,7 +50,7 @@ def _heat(ax, w):
     _axes(ax)
 
 
-def card_00(fig):
+def card_how_to_use(fig):
     ax = fig.add_subplot()
     for i, word in enumerate(["read", "run", "check"]):
         ax.add_patch(plt.Rectangle((i * 1.1, 0), 0.9, 0.6, color=[BLUE, ORANGE, "#2e8b57"][i]))
@@ -58,13 +61,13 @@ def card_00(fig):
     _axes(ax)
 
 
-def card_01(fig):
+def card_what_attention_computes(fig):
     q = np.array([[1.0, 0.2], [0.1, 1.0], [0.7, 0.7]])
     w = ac.softmax(3 * q @ q.T)
     _heat(fig.add_subplot(), w)
 
 
-def card_02(fig):
+def card_why_sqrt_dk(fig):
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal(1024), rng.standard_normal((8, 1024))
     for col, d_k in enumerate((4, 1024)):
@@ -75,7 +78,7 @@ def card_02(fig):
         ax.spines["bottom"].set_visible(True)
 
 
-def card_03(fig):
+def card_matmul_views(fig):
     ax = fig.add_subplot()
     ax.add_patch(plt.Rectangle((0, 0), 1, 2, color=BLUE, alpha=0.8))
     ax.add_patch(plt.Rectangle((1.8, 0.8), 2, 1.2, color=ORANGE, alpha=0.8))
@@ -88,7 +91,7 @@ def card_03(fig):
     _axes(ax)
 
 
-def card_04(fig):
+def card_scaled_dot_product_attention(fig):
     rng = np.random.default_rng(0)
     s = rng.standard_normal((6, 6))
     w = ac.softmax(np.where(ac.causal_mask(6, 6), s, -np.inf))
@@ -97,14 +100,14 @@ def card_04(fig):
     ax.set_facecolor(GREY)
 
 
-def card_05(fig):
+def card_multi_head_attention(fig):
     rng = np.random.default_rng(1)
     for h in range(3):
         ax = fig.add_subplot(1, 3, h + 1)
         _heat(ax, ac.softmax(2.5 * rng.standard_normal((4, 4))))
 
 
-def card_06(fig):
+def card_rotary_positions(fig):
     ax = fig.add_subplot()
     x = np.tile([1.0, 0.0], (12, 1))
     turned = ac.rope(x, base=10000.0)
@@ -118,7 +121,7 @@ def card_06(fig):
     _axes(ax)
 
 
-def card_07(fig):
+def card_tiled_attention(fig):
     ax = fig.add_subplot()
     n, b = 8, 2
     ax.add_patch(plt.Rectangle((0, 0), n, n, fill=False, color=GREY))
@@ -131,7 +134,7 @@ def card_07(fig):
     _axes(ax)
 
 
-def card_08(fig):
+def card_backward_pass(fig):
     rng = np.random.default_rng(2)
     p = ac.softmax(rng.standard_normal(6) * 1.5)
     jac = np.diag(p) - np.outer(p, p)               # the softmax's Jacobian
@@ -143,7 +146,7 @@ def card_08(fig):
     _axes(ax)
 
 
-def card_09(fig):
+def card_inference(fig):
     ax = fig.add_subplot()
     for step in range(6):
         ax.add_patch(plt.Rectangle((step * 0.5, 0), 0.4, step + 1, color=BLUE, alpha=0.85))
@@ -153,7 +156,7 @@ def card_09(fig):
     _axes(ax)
 
 
-def card_10(fig):
+def card_inside_a_pretrained_model(fig):
     from attncore.pretrained import MiniLM
 
     model = MiniLM.load(dtype=np.float64)
@@ -163,7 +166,7 @@ def card_10(fig):
         _heat(fig.add_subplot(1, 2, i + 1), w[layer, head])
 
 
-def card_11(fig):
+def card_the_whole_transformer(fig):
     from attncore.lab import language
 
     _, _, losses = language.load_checkpoint(language.shipped_checkpoint())
@@ -173,7 +176,7 @@ def card_11(fig):
     _axes(ax)
 
 
-def card_12(fig):
+def card_beyond_one_device(fig):
     P = 4
     contiguous = [4 * (r + 1) for r in range(P)]     # causal blocks of c^2 per rank
     zigzag = [2 * P + 1] * P
@@ -183,7 +186,7 @@ def card_12(fig):
     _axes(ax)
 
 
-def card_13(fig):
+def card_latent_attention_and_speculative_decoding(fig):
     d_h, heads, latent, rope, layers = 128, 128, 512, 64, 60    # DeepSeek-V2
     kib = [2 * kv * d_h * 2 * layers / 1024 for kv in (heads, 8, 1)]
     kib.append((latent + rope) * 2 * layers / 1024)              # MHA, GQA-8, MQA, MLA
@@ -194,10 +197,93 @@ def card_13(fig):
     _axes(ax)
 
 
+def card_positions(fig):
+    pe = ac.sinusoidal_positions(32, 64)                 # (positions, d_model)
+    ax = fig.add_subplot()
+    for col, colour in zip((2, 6, 12), (ORANGE, BLUE, "#2e8b57")):   # fast to slow
+        ax.plot(pe[:, col], color=colour, lw=1.6)
+    _axes(ax)
+
+
+def card_a_real_llm(fig):
+    # SmolLM2-135M's attention: 9 query heads share 3 key-value heads (grouped-query)
+    n_q, n_kv = 9, 3
+    ax = fig.add_subplot()
+    for h in range(n_q):
+        g = h // (n_q // n_kv)
+        ax.plot([h + 0.4, 3 * g + 1.4], [1.6, 0.6], color=GREY, lw=0.8)
+        ax.add_patch(plt.Rectangle((h, 1.6), 0.8, 0.5, color=BLUE))
+    for g in range(n_kv):
+        ax.add_patch(plt.Rectangle((3 * g + 0.9, 0.1), 1.0, 0.5, color=ORANGE))
+    ax.set_xlim(-0.2, 9.0)
+    ax.set_ylim(0, 2.2)
+    _axes(ax)
+
+
+def card_the_kernel_itself(fig):
+    n, b = 24, 4                                          # scores and tile size
+    causal = ac.causal_mask(n, n)
+    visited = causal.reshape(n // b, b, n // b, b).any(axis=(1, 3))   # tiles a program visits
+    ax = fig.add_subplot()
+    ax.pcolormesh(np.where(visited, 1.0, 0.0), cmap="Blues", vmin=-0.3, vmax=1.3,
+                  edgecolors="white", linewidth=1.5)
+    ax.set_aspect("equal")
+    ax.invert_yaxis()
+    _axes(ax)
+
+
+def card_caches_in_serving(fig):
+    # three sequences' blocks of keys and values, scattered over one pool of pages
+    rng = np.random.default_rng(3)
+    owner = np.full(24, -1)
+    owner[rng.permutation(24)[:17]] = rng.choice(3, size=17)
+    ax = fig.add_subplot()
+    colours = [BLUE, ORANGE, "#2e8b57"]
+    for page, who in enumerate(owner):
+        ax.add_patch(plt.Rectangle((page % 8, page // 8), 0.85, 0.8,
+                                   color=GREY if who < 0 else colours[who]))
+    ax.set_xlim(-0.1, 8)
+    ax.set_ylim(-0.1, 3)
+    ax.set_aspect("equal")
+    _axes(ax)
+
+
+def card_windows_sinks_and_sparsity(fig):
+    allowed = ac.sliding_window_mask(10, 10, 3, sink_tokens=1)
+    ax = fig.add_subplot()
+    ax.pcolormesh(np.where(allowed, 1.0, 0.0), cmap="Blues", vmin=-0.2, vmax=1.2,
+                  edgecolors="white", linewidth=0.6)
+    ax.set_aspect("equal")
+    ax.invert_yaxis()
+    _axes(ax)
+
+
+def card_gates_and_the_delta_rule(fig):
+    rng = np.random.default_rng(4)
+    n, d = 4, 5
+    k = rng.standard_normal((n, d))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    q, v = rng.standard_normal((n, d)), rng.standard_normal((n, d))
+    state = None
+    for t in range(n):                                    # the state after each token
+        _, state = ac.gated_delta_rule(q[t:t + 1], k[t:t + 1], v[t:t + 1],
+                                       np.full(1, 0.8), np.full(1, 0.9),
+                                       initial_state=state, return_state=True)
+        ax = fig.add_subplot(1, n, t + 1)
+        lim = 0.8
+        ax.pcolormesh(state, cmap="RdBu_r", vmin=-lim, vmax=lim, edgecolors="white",
+                      linewidth=0.3)
+        ax.set_aspect("equal")
+        ax.invert_yaxis()
+        _axes(ax)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     plt.rcParams.update({"svg.hashsalt": "attncore-cards", "figure.facecolor": "white",
                          "svg.fonttype": "path"})
+    for stale in OUT.glob("*.svg"):          # a renamed or removed chapter's picture goes
+        stale.unlink()
     for name, draw in sorted(globals().items()):
         if not name.startswith("card_"):
             continue

@@ -10,6 +10,7 @@ error: no uncaught exception, no console.error, no file that failed to load.
 from __future__ import annotations
 
 import html
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -412,6 +413,13 @@ OVERFLOW_PROBE = """
 """
 
 
+TITLE_PROBE = """
+[...document.querySelectorAll("div.attncore-vega svg.marks")].flatMap(svg =>
+  [...svg.querySelectorAll(".role-title text")].map(t =>
+    [t.textContent, Math.round(t.getBoundingClientRect().right),
+     Math.round(svg.getBoundingClientRect().right)]))"""
+
+
 @pytest.mark.browser
 def test_no_page_scrolls_sideways_on_a_phone(site, browser):
     # Every built page, not only the chapters: the index, search and API pages too.
@@ -419,6 +427,11 @@ def test_no_page_scrolls_sideways_on_a_phone(site, browser):
     for page in pages(site):
         with browser.open(page, width=PHONE) as tab:
             found = tab.evaluate(OVERFLOW_PROBE)
+            # an interactive figure's title runs off no chart (the chart clips it)
+            for title, right, edge in tab.evaluate(TITLE_PROBE):
+                if right > edge + 1:
+                    found["sticking"].append(f"the figure title {title!r} runs {right - edge}"
+                                             " px off its chart")
         checked += 1
         assert found["width"] == PHONE, f"the viewport is {found['width']} px, not {PHONE}"
         if found["scrollWidth"] > PHONE + 1 or found["sticking"]:
@@ -452,6 +465,14 @@ def test_the_phone_check_catches_what_sticks_out(browser, tmp_path):
 INTERACTIVE_CHAPTERS = ["chapters/02_why_sqrt_dk", "chapters/04_scaled_dot_product_attention",
                         "chapters/07_rotary_positions", "chapters/08_tiled_attention",
                         "chapters/11_inside_a_pretrained_model"]
+
+
+def console_warnings(tab) -> list[str]:
+    """The console.warn messages of a tab (vega-embed logs version mismatches so)."""
+    return [" ".join(str(a.get("value", "")) for a in e["params"].get("args", []))
+            for e in tab._browser._events
+            if e.get("sessionId") == tab._session and e.get("method") == "Runtime.consoleAPICalled"
+            and e["params"].get("type") == "warning"]
 
 # The figure's controls and what is drawn: the SVG that vega-embed rendered.
 FIGURE_STATE = """
@@ -507,30 +528,56 @@ def test_interactive_figures_are_drawn_and_follow_the_keyboard(site, browser):
                     changed += 1
             errors = tab.errors()
             assert not errors, f"{page.name}: errors in the browser console: {errors[:3]}"
+            warned = console_warnings(tab)
+            assert not warned, f"{page.name}: warnings in the browser console: {warned[:3]}"
+            # each figure is numbered, has a caption, and is as wide as the column
+            layout = tab.evaluate("""
+[...document.querySelectorAll("div.attncore-vega")].map(box => {
+  const figure = box.closest("figure");
+  const column = box.closest("div.cell").getBoundingClientRect().width;
+  return {number: figure ? (figure.querySelector(".caption-number") || {}).textContent : null,
+          caption: figure ? (figure.querySelector("figcaption") || {}).textContent : "",
+          width: box.querySelector("svg.marks").getBoundingClientRect().width, column};
+})""")
+            for f_index, figure in enumerate(layout):
+                where = f"{page.name}, figure {f_index}"
+                assert figure["number"] and re.match(r"Fig\. \d+\.\d+", figure["number"]), where
+                assert len(figure["caption"]) > 60, f"{where}: no caption that says what to try"
+                assert figure["width"] >= 0.9 * figure["column"], f"{where}: {figure}"
     assert changed >= 9
 
 
 @pytest.mark.browser
-def test_interactive_figures_are_legible_in_dark_mode(site, browser):
-    # The figure sits on a light card in both themes: its text is dark on white.
+def test_interactive_figures_follow_the_dark_mode(site, browser):
+    # In the book theme's dark mode the figure is drawn again with Vega's dark theme: a dark
+    # background, light text, its controls where the reader left them.
     page = site / f"{INTERACTIVE_CHAPTERS[0]}.html"
-    with browser.open(page) as tab:
-        colours = tab.evaluate("""
-(() => { document.documentElement.dataset.theme = "dark";
-  const box = document.querySelector("div.attncore-vega");
-  const text = box.querySelector("svg.marks text");
+    colours = """
+(() => { const box = document.querySelector("div.attncore-vega");
+  const svg = box.querySelector("svg.marks");
+  const title = svg.querySelector(".role-title text, text");
   const label = box.querySelector(".vega-bindings label, .vega-bindings span");
-  return {page: getComputedStyle(document.body).backgroundColor,
-          card: getComputedStyle(box).backgroundColor,
-          text: getComputedStyle(text).fill, label: getComputedStyle(label).color}; })()""")
-    assert colours["page"] != "rgb(255, 255, 255)", "the page did not switch to dark mode"
-    assert colours["card"] == "rgb(255, 255, 255)", colours
+  return {card: getComputedStyle(box).backgroundColor, title: getComputedStyle(title).fill,
+          label: getComputedStyle(label).color,
+          slider: box.querySelector(".vega-bindings input[type=range]").value}; })()"""
+    with browser.open(page) as tab:
+        light = tab.evaluate(colours)
+        selector = 'document.querySelector("div.attncore-vega .vega-bindings input[type=range]")'
+        tab.evaluate(f"{selector}.focus()")
+        tab.press("ArrowRight")
+        tab.evaluate('document.documentElement.dataset.theme = "dark"')
+        tab.evaluate(SETTLE, await_promise=True)
+        dark = tab.evaluate(colours)
+        errors = tab.errors()
 
-    def dark(css: str) -> bool:
-        rgb = [int(v) for v in re.findall(r"\d+", css)[:3]]
-        return sum(rgb) < 3 * 110
+    def brightness(css: str) -> int:
+        return sum(int(v) for v in re.findall(r"\d+", css)[:3])
 
-    assert dark(colours["text"]) and dark(colours["label"]), colours
+    assert brightness(light["card"]) > 600 and brightness(light["title"]) < 330, light
+    assert brightness(dark["card"]) < 330, f"the figure stays light in dark mode: {dark}"
+    assert brightness(dark["title"]) > 600 and brightness(dark["label"]) > 600, dark
+    assert dark["slider"] == str(int(light["slider"]) + 1), "the redrawn figure lost its state"
+    assert not errors, errors
 
 
 @pytest.mark.browser
@@ -551,8 +598,9 @@ def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(brows
 
     from attncore.lab.interactive import FIGURES
 
-    notebook = nbformat.v4.new_notebook(metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    # the metadata of a chapter (its kernel and language), as a reader's notebook has it
+    chapter = nbformat.read(ROOT / f"{INTERACTIVE_CHAPTERS[0]}.ipynb", as_version=4)
+    notebook = nbformat.v4.new_notebook(metadata=chapter.metadata)
     for i, (name, make) in enumerate(FIGURES.items()):
         data, metadata = make()._repr_mimebundle_()
         cell = nbformat.v4.new_code_cell(f"from attncore.lab.interactive import {name}\n"
@@ -567,6 +615,10 @@ def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(brows
     token = secrets.token_hex(16)
     home = tmp_path / "home"
     home.mkdir()
+    # JupyterLab's dark theme: the figures must be legible there too
+    themes = home / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    themes.mkdir(parents=True)
+    (themes / "themes.jupyterlab-settings").write_text('{"theme": "JupyterLab Dark"}')
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
     env.update(HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     log = tmp_path / "lab.log"
@@ -574,7 +626,7 @@ def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(brows
         server = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
              f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-             f"--ServerApp.root_dir={tmp_path}",
+             f"--ServerApp.root_dir={tmp_path}", "--LabApp.expose_app_in_browser=True",
              *(["--allow-root"] if os.geteuid() == 0 else [])],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -600,16 +652,51 @@ new Promise(resolve => {
 })""" % len(FIGURES), await_promise=True)
             assert drawn == len(FIGURES), f"JupyterLab drew {drawn} of {len(FIGURES)} figures"
             first = ".jp-RenderedVegaCommon5"
-            before = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
-            assert tab.evaluate(f'(document.querySelector("{first} .vega-bindings input")'
-                                ".focus(), document.activeElement.type)") == "range"
-            # In a notebook's command mode JupyterLab takes the arrow keys and Space for its
-            # own shortcuts (it leaves keys only to editable fields); End and Home still
-            # reach a slider.
+            svg = f'document.querySelector("{first} svg.marks").outerHTML'
+            slider = f'document.querySelector("{first} .vega-bindings input[type=range]")'
+            notebook = "window.jupyterapp.shell.currentWidget"
+            widths = tab.evaluate('[...document.querySelectorAll(".jp-RenderedVegaCommon5 '
+                                  'svg.marks")].map(s => s.getBoundingClientRect().width)')
+            assert min(widths) >= 600, f"figures drawn too narrow in JupyterLab: {widths}"
+            # In JupyterLab's dark theme the figures are drawn in Vega's dark colours.
+            title_fill = tab.evaluate(f'getComputedStyle(document.querySelector("{first} '
+                                      f'svg.marks .role-title text")).fill')
+            assert sum(int(v) for v in re.findall(r"\d+", title_fill)[:3]) > 600, title_fill
+            # A click on the slider, then the arrow keys: they move the slider, not the
+            # notebook's active cell (JupyterLab's command-mode shortcuts take arrow keys).
+            box = tab.evaluate(f"(() => {{ const r = {slider}.getBoundingClientRect(); "
+                               "return [r.left + r.width / 2, r.top + r.height / 2]; })()")
+            for kind in ("mousePressed", "mouseReleased"):
+                browser.call("Input.dispatchMouseEvent", {
+                    "type": kind, "x": box[0], "y": box[1], "button": "left",
+                    "clickCount": 1}, tab._session)
+            tab.evaluate(SETTLE, await_promise=True)
+            cell_before = tab.evaluate(f"{notebook}.content.activeCellIndex")
+            value = int(tab.evaluate(f"{slider}.value"))
+            before = tab.evaluate(svg)
+            tab.press("ArrowLeft" if value == int(tab.evaluate(f"{slider}.max")) else "ArrowRight")
+            tab.evaluate(SETTLE, await_promise=True)
+            assert tab.evaluate(f"document.activeElement === {slider}"), "the slider lost focus"
+            assert int(tab.evaluate(f"{slider}.value")) != value, "the arrow key did not move it"
+            assert tab.evaluate(f"{notebook}.content.activeCellIndex") == cell_before, \
+                "the arrow key moved the notebook's active cell"
+            assert tab.evaluate(svg) != before, "moving the slider changed nothing drawn"
             tab.press("End")
             tab.evaluate(SETTLE, await_promise=True)
-            after = tab.evaluate(f'document.querySelector("{first} svg.marks").outerHTML')
-            assert after != before, "End on the first figure's slider changed nothing"
+            assert tab.evaluate(f"{slider}.value") == tab.evaluate(f"{slider}.max")
+            # Space toggles a checkbox (no notebook shortcut takes it).
+            checkbox = f'document.querySelector("{first} .vega-bindings input[type=checkbox]")'
+            checked = tab.evaluate(f"({checkbox}.focus(), {checkbox}.checked)")
+            before = tab.evaluate(svg)
+            tab.press(" ")
+            tab.evaluate(SETTLE, await_promise=True)
+            assert tab.evaluate(f"{checkbox}.checked") != checked, "Space did not tick the box"
+            assert tab.evaluate(svg) != before, "ticking the box changed nothing drawn"
+            # Opening and using the figures leaves the notebook unchanged: JupyterLab's Vega
+            # renderer would add a picture to an output that has none, and autosave would
+            # write it into the file.
+            assert tab.evaluate(f"{notebook}.context.model.dirty") is False, \
+                "the notebook is marked changed after opening it"
     finally:
         try:
             os.killpg(server.pid, signal.SIGTERM)     # the server we started, and its kernels
@@ -752,3 +839,174 @@ def test_the_machinery_check_catches_what_it_should():
             "<details><summary>Solution</summary><p>Open me.</p></details>"
             "<div class='toggle-hidden'>Click to show.</div></body></html>")
     assert reader_text(page) == "Lesson text. glue(x) Solution Open me. Click to show."
+
+
+# --- the landing page, chapter 0 and the PDF: what this build offers --------------------------
+
+def _chapter_cards():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import chapter_cards
+
+    return chapter_cards
+
+
+def test_every_chapter_has_a_card_and_every_card_a_chapter(site):
+    cards = _chapter_cards()
+    assert cards.check() == []
+    chapters = cards.chapters()
+    assert [n for n, _, _ in chapters] == list(range(len(chapters)))
+    page = (site / "index.html").read_text()
+    grid = page[page.index("attncore-cards"):]
+    found = re.findall(r'<div class="sd-card [^"]*">.*?<img[^>]*src="([^"]+)".*?'
+                       r'<div class="sd-card-title[^"]*">\s*(.*?)\s*</div>.*?'
+                       r'href="chapters/([^"#]+)\.html"', grid, re.S)
+    assert [stem for _, _, stem in found] == [stem for _, _, stem in chapters], \
+        "the cards are not the chapters of _toc.yml, in its order"
+    for (src, title, stem), (number, slug, _) in zip(found, chapters):
+        assert Path(src).stem == slug, f"{stem}'s card shows {src}"
+        title = html.unescape(re.sub(r"<[^>]+>", "", title))
+        name = cards.chapter_title(stem)
+        assert title == (name if number == 0 else f"{number} \u00b7 {name}"), (stem, title)
+    # under the parts' captions, in the sidebar's order
+    captions = [html.unescape(c).replace("\u2019", "'") for c in        # smart quotes
+                re.findall(r'<p class="rubric"[^>]*>(.*?)</p>', grid, re.S)]
+    assert captions == [caption for caption, _ in cards.parts()], captions
+
+
+def test_the_card_check_catches_a_missing_and_an_extra_card(tmp_path):
+    cards = _chapter_cards()
+    (tmp_path / "_static" / "cards").mkdir(parents=True)
+    (tmp_path / "_toc.yml").write_text(
+        "root: index\nparts:\n  - caption: x\n    chapters:\n"
+        "      - file: chapters/00_how_to_use\n      - file: chapters/01_not_a_card\n")
+    for slug in ("how_to_use", "why_sqrt_dk"):
+        (tmp_path / "_static" / "cards" / f"{slug}.svg").write_text("<svg/>")
+    problems = "\n".join(cards.check(tmp_path))
+    assert "chapter 'not_a_card' has no card" in problems
+    assert "chapter 'not_a_card' has no picture" in problems
+    assert "picture _static/cards/why_sqrt_dk.svg is for no chapter" in problems
+    assert "card 'why_sqrt_dk' is for no chapter" in problems
+
+
+# What a build without a repository must not promise, and a build with one must offer.
+REPOSITORY_ONLY = ("rocket", "./scripts/lab", "clone", "Binder")
+
+
+def _promises(site: Path) -> dict[str, str]:
+    return {name: visible_text((site / name).read_text(), code=False)
+            for name in ("index.html", "chapters/00_how_to_use.html")}
+
+
+def test_without_a_repository_nothing_is_promised_that_the_build_lacks(site):
+    import subprocess
+    import sys
+
+    assert _notebook_setup().configured_repository() == ""
+    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "how_to_run.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    for name, text in _promises(site).items():
+        promised = [w for w in REPOSITORY_ONLY if w.lower() in text.lower()]
+        assert not promised, f"{name} promises {promised} with no repository named"
+    text = " ".join(_promises(site)["chapters/00_how_to_use.html"].split())
+    assert "course bundle" in text and "measured on the machine that built" in text
+
+
+def test_with_a_repository_the_landing_page_and_chapter_0_say_how_to_use_it(
+        site_with_repository):
+    site, copy, url = site_with_repository
+    texts = _promises(site)
+    for name, text in texts.items():
+        missing = [w for w in ("rocket", "./scripts/lab") if w not in text]
+        assert not missing, f"{name} does not mention {missing} although {url} is named"
+    # the theme shows a GitHub link by its owner/name; it links the whole address
+    assert "/".join(url.split("/")[-2:]) in texts["chapters/00_how_to_use.html"]
+    assert f'href="{url}"' in (site / "chapters" / "00_how_to_use.html").read_text()
+
+
+def test_outputs_measured_on_the_building_machine_are_marked(site):
+    from test_book_structure import NOTEBOOKS
+
+    marked = 0
+    for nb_path in NOTEBOOKS:
+        nb = json.loads(nb_path.read_text())
+        expected = sum(1 for c in nb["cells"] if c["cell_type"] == "code" and c["outputs"]
+                       and "nbval-ignore-output" in c["metadata"].get("tags", [])
+                       and "remove-cell" not in c["metadata"].get("tags", []))
+        page = (site / "chapters" / f"{nb_path.stem}.html").read_text()
+        shown = page.count('class="attncore-measured"')
+        assert shown == expected, f"{nb_path.stem}: {shown} outputs marked, {expected} measured"
+        marked += shown
+    assert marked >= 5
+
+
+PDF = "attention-from-the-proof-up.pdf"
+
+
+def _pdf_text(pdf: Path) -> tuple[str, list[tuple[float, float, int, int]]]:
+    """The PDF's text, page after page, and (shown width pt, shown height pt, pixel width,
+    pixel height) of every raster image in it."""
+    try:
+        import pypdfium2 as pdfium
+        import pypdfium2.raw as pdfium_c
+    except ImportError:
+        pytest.fail("pypdfium2 reads the book's PDF: pip install -r requirements.txt")
+    doc = pdfium.PdfDocument(pdf)
+    texts, images = [], []
+    for page in doc:
+        texts.append(page.get_textpage().get_text_bounded())
+        for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE]):
+            # (pypdfium2 5 renamed get_pos to get_bounds)
+            bounds = obj.get_bounds if hasattr(obj, "get_bounds") else obj.get_pos
+            left, bottom, right, top = bounds()
+            images.append((right - left, top - bottom, *obj.get_px_size()))
+    return "\n".join(texts), images
+
+
+def test_the_pdf_holds_every_chapter_typeset_and_sharp(site):
+    from test_book_structure import NOTEBOOKS
+
+    pdf = site / PDF
+    assert pdf.is_file(), "build-book printed no PDF of the book"
+    assert f'href="{PDF}"' in (site / "index.html").read_text(), "the landing page links no PDF"
+    text, images = _pdf_text(pdf)
+    flat = re.sub(r"\s+", " ", text)
+    for nb_path in NOTEBOOKS:
+        nb = json.loads(nb_path.read_text())
+        title = re.search(r"^#\s+(.+)$", "".join(nb["cells"][0]["source"]), re.M).group(1)
+        assert re.sub(r"\s+", " ", title) in flat, f"the PDF lacks the chapter {title!r}"
+    assert "Solutions to the exercises" in flat
+    # Raw TeX in the text, other than in code and printed outputs (which may hold TeX, such
+    # as a figure label in a plotting cell), means MathJax had not typeset a formula.
+    page = (site.parent / "print" / "book.html").read_text()
+    code = set()
+    for block in re.findall(r"<pre\b.*?</pre>", page, re.S):
+        code.update(line.strip() for line in html.unescape(re.sub(r"<[^>]+>", "", block))
+                    .splitlines() if line.strip())
+    prose = "\n".join(line for line in text.splitlines()
+                      if line.strip() and not any(line.strip() in c for c in code))
+    raw = sorted({m.group(0) for m in RAW_TEX.finditer(prose)})
+    assert not raw, f"TeX left untypeset in the PDF: {raw[:5]}"
+    # Figures stored at twice their shown size keep their pixels in print: at least
+    # 1.9 pixels per CSS pixel (a point is 4/3 CSS pixels) for every large raster image.
+    large = [(w, h, pw, ph) for w, h, pw, ph in images if w > 150]
+    assert len(large) >= 20, f"only {len(large)} figures in the PDF"
+    blurry = [i for i in large if i[2] < 1.9 * i[0] * 4 / 3]
+    assert not blurry, f"{len(blurry)} figures printed below 2x: {blurry[:3]}"
+
+
+@pytest.mark.browser
+def test_search_snippets_show_formulas_as_text(site, browser):
+    # Sphinx makes a result's snippet from the page's HTML, where formulas are still TeX; the
+    # site's script turns them into text (QKᵀ, not \(QK^\top\)).
+    chapter = (site / "chapters" / "01_what_attention_computes.html").read_text()
+    with browser.open(site / "search.html") as tab:
+        snippet = tab.evaluate(f"Search.makeSearchSummary({json.dumps(chapter)}, "
+                               "['softmax'], '').textContent")
+        whole = tab.evaluate(f"Search.htmlToText({json.dumps(chapter)}, '')")
+    assert "softmax" in snippet.lower()
+    for text in (snippet, whole):
+        raw = sorted({m.group(0) for m in RAW_TEX.finditer(text)})
+        assert not raw and "\\(" not in text, f"TeX in a search snippet: {raw[:5]}"
