@@ -38,7 +38,7 @@ def block(backend="numpy", gate=True, qk_norm=True, rope_base=100.0, seed=0, **k
 def reference_attention(p, h, causal=True):
     """The attention sub-layer written out with torch operations, float64: project, split,
     RMSNorm each head's queries and keys, rotate, attend (grouped), gate, merge, W_O."""
-    t = lambda a: None if a is None else torch.as_tensor(np.asarray(a))   # noqa: E731
+    t = lambda a: None if a is None else torch.as_tensor(to_numpy(a))     # noqa: E731
     h = t(h)
     n, d_head = h.shape[-2], D // H
     heads = lambda y, k: y.reshape(*y.shape[:-1], k, d_head).transpose(-3, -2)  # noqa
