@@ -719,3 +719,32 @@ def test_next_line_check_catches_what_it_should():
         assert next_line_problem(bad, *args) is not None, bad
     assert next_line_problem("- a point.", None, None) is None        # the last chapter
     assert next_line_problem(good, None, None) is not None
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_inline_formula_is_broken_by_a_list_marker(nb):
+    """Markdown reads a line that opens with ``+ ``, ``- ``, ``* `` or ``1. `` as a list item,
+    even in the middle of a ``$...$`` formula that the previous line began: the formula is
+    cut in two and its TeX shows as text on every page (site, JupyterLab, GitHub). Such a
+    line break goes before the operator, never after it."""
+    import re
+
+    broken = []
+    for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        open_formula, display = False, False
+        for line in "".join(cell["source"]).split("\n"):
+            if line.strip() == "$$":
+                display = not display
+                continue
+            if display:
+                continue
+            if not line.strip():
+                open_formula = False
+            elif open_formula and re.match(r"\s*(?:[+*-]|\d+[.)])\s", line):
+                broken.append(f"cell {i}: {line.strip()[:50]}")
+            text = re.sub(r"`[^`]*`", "", line).replace("\\$", "").replace("$$", "")
+            if text.count("$") % 2:
+                open_formula = not open_formula
+    assert not broken, f"{nb.name}: a formula cut by a list marker: {broken}"
