@@ -531,8 +531,8 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
     with the role its measurements give it.
 
     ``study`` is :func:`attncore.lab.real_llm.study_heads` of the model (when None,
-    :func:`~attncore.lab.real_llm.default_study`, computed once per process). Controls: a
-    menu for the prompt, range inputs for the layer and the head. Each map travels as its
+    :func:`~attncore.lab.real_llm.default_study`, computed once per process). Controls:
+    sliders for the prompt, the layer and the head (the title names the prompt). Each map travels as its
     lower triangle in whole percents, one string of numbers per map.
 
     Returns
@@ -556,12 +556,11 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
                 percents = (str(int(round(100 * w))) for w in maps[layer, head][low])
                 rows.append({"p": p, "layer": layer, "head": head, "role": role,
                              "w": " ".join(percents)})
-    params = [{"name": "prompt", "value": 0,
-               "bind": {"input": "select", "options": list(range(len(study.names))),
-                        "labels": list(study.names), "name": "prompt "}},
+    params = [_range("prompt", "prompt ", 0, len(study.names) - 1, 0),
               _range("layer", "layer ", 0, layers - 1, 0),
               _range("head", "head ", 0, heads - 1, 0),
-              {"name": "tokens", "value": [list(t) for t in study.tokens]}]
+              {"name": "tokens", "value": [list(t) for t in study.tokens]},
+              {"name": "names", "value": list(study.names)}]
     # one string of whole percents per map (compact in the stored notebook); lower-triangle
     # index k (from 0) -> row i, column j
     unpack = [{"calculate": "split(datum.w, ' ')", "as": "ws"},
@@ -571,24 +570,39 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
               {"calculate": "datum.k - 1 - datum.i * (datum.i + 1) / 2", "as": "j"},
               {"calculate": "toNumber(datum.ws) / 100", "as": "weight"}]
     x = {"field": "j", "type": "ordinal", "title": "key (attended to)",
-         "axis": {"labelExpr": "tokens[prompt][datum.value]", "labelAngle": -50}}
+         "axis": {"labelExpr": "tokens[toNumber(prompt)][datum.value]", "labelAngle": -50}}
     y = {"field": "i", "type": "ordinal", "title": "query (attending)",
-         "axis": {"labelExpr": "tokens[prompt][datum.value]"}}
-    cells = {"transform": unpack, "mark": "rect", "width": 280, "height": 280,
+         "axis": {"labelExpr": "tokens[toNumber(prompt)][datum.value]"}}
+    cells = {"transform": unpack, "mark": "rect", "width": WIDTH, "height": 280,
              "encoding": {"x": x, "y": y,
                           "color": {"field": "weight", "type": "quantitative",
                                     "title": "weight",
                                     "scale": {"domain": [0, 1], "scheme": "viridis"}}}}
     role = {"mark": {"type": "text", "align": "left", "fontSize": 12},
             "encoding": {"text": {"field": "role"}, "x": {"value": 0}},
-            "width": 280, "height": 16}
-    body = {"transform": [{"filter": "datum.p == prompt && datum.layer == layer && "
-                                     "datum.head == head"}],
+            "width": WIDTH, "height": 16}
+    body = {"transform": [{"filter": "datum.p == toNumber(prompt) && "
+                                     "datum.layer == toNumber(layer) && "
+                                     "datum.head == toNumber(head)"}],
             "vconcat": [role, cells]}
-    return _figure("What one head of SmolLM2 attends to",
+    title = _title("'Head ' + head + ' of layer ' + layer + ', prompt: ' + "
+                   "names[toNumber(prompt)]", narrow_break=", ")
+
+    def still(fig):
+        from attncore.lab.plotting import plot_attention
+
+        tokens = list(study.tokens[0])
+        ax = plot_attention(study.maps[0][0, 0], query_labels=tokens, key_labels=tokens,
+                            ax=fig.subplots(),
+                            title=f"Head 0 of layer 0, prompt: {study.names[0]}")
+        ax.set_aspect("auto")
+        for label in ax.get_xticklabels():
+            label.set(rotation=50, ha="right", rotation_mode="anchor")
+
+    return _figure(title,
                    f"attention weights of each of SmolLM2's {layers * heads} heads on "
                    f"{len(study.names)} short prompts, with each head's measured role",
-                   params, body, rows, ["prompt", "layer", "head"])
+                   params, body, rows, ["prompt", "layer", "head"], still)
 
 
 FIGURES: dict[str, Any] = {
