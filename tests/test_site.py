@@ -692,6 +692,13 @@ new Promise(resolve => {
             tab.evaluate(SETTLE, await_promise=True)
             assert tab.evaluate(f"{checkbox}.checked") != checked, "Space did not tick the box"
             assert tab.evaluate(svg) != before, "ticking the box changed nothing drawn"
+            # What a person looks at before trusting the check: the figures after the keys.
+            if os.environ.get("ATTNCORE_LAB_SCREENSHOTS"):
+                import base64
+
+                shot = browser.call("Page.captureScreenshot", {"format": "png"}, tab._session)
+                (Path(os.environ["ATTNCORE_LAB_SCREENSHOTS"]) / "figures-after-keys.png"
+                 ).write_bytes(base64.b64decode(shot["data"]))
             # Opening and using the figures leaves the notebook unchanged: JupyterLab's Vega
             # renderer would add a picture to an output that has none, and autosave would
             # write it into the file.
