@@ -67,6 +67,12 @@ __all__ = ["BaseKVCache", "KVCache", "bottom_right_causal_mask", "decode", "deco
 
 
 
+def buffer_nbytes(*buffers: Any) -> int:
+    """Bytes held by NumPy arrays or torch tensors (a cache's buffers)."""
+    return int(sum(b.nbytes if isinstance(b, np.ndarray) else b.numel() * b.element_size()
+                   for b in buffers))
+
+
 def check_batch_shape(batch_shape: Any) -> tuple[int, ...]:
     """``batch_shape`` checked: a tuple of non-negative integers (a cache's leading shape).
 
@@ -395,8 +401,7 @@ class KVCache(BaseKVCache):
 
     @property
     def nbytes(self) -> int:
-        return int(self._k.nbytes + self._v.nbytes) if isinstance(self._k, np.ndarray) else \
-            (self._k.numel() + self._v.numel()) * self._k.element_size()
+        return buffer_nbytes(self._k, self._v)
 
     def __repr__(self) -> str:
         return (f"KVCache(length={self.length}, capacity={self.capacity}, batch_shape="

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import NUMPY, check_size, dtype_name
-from .kvcache import BaseKVCache, check_cache_layout, check_truncate, numbers_of
+from .kvcache import BaseKVCache, buffer_nbytes, check_cache_layout, check_truncate, numbers_of
 
 __all__ = ["BlockPool", "PagedKVCache"]
 
@@ -96,9 +96,7 @@ class BlockPool:
 
     @property
     def nbytes(self) -> int:
-        if isinstance(self._k, np.ndarray):
-            return int(self._k.nbytes + self._v.nbytes)
-        return (self._k.numel() + self._v.numel()) * self._k.element_size()
+        return buffer_nbytes(self._k, self._v)
 
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` free blocks; a ``ValueError`` (and nothing taken) if fewer are free."""

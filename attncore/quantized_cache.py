@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from ._backend import NUMPY, check_size
-from .kvcache import BaseKVCache, check_batch_shape, check_cache_layout, check_truncate, \
-    numbers_of
+from .kvcache import BaseKVCache, buffer_nbytes, check_batch_shape, check_cache_layout, \
+    check_truncate, numbers_of
 from .multihead import MultiHeadParams
 
 __all__ = ["Int8KVCache"]
@@ -187,10 +187,7 @@ class Int8KVCache(BaseKVCache):
 
     @property
     def nbytes(self) -> int:
-        bufs = (self._qk, self._qv, self._sk, self._sv, self._rk)
-        if isinstance(self._sv, np.ndarray):
-            return int(sum(x.nbytes for x in bufs))
-        return sum(x.numel() * x.element_size() for x in bufs)
+        return buffer_nbytes(self._qk, self._qv, self._sk, self._sv, self._rk)
 
     @property
     def _quantized_keys(self) -> int:

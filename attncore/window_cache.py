@@ -51,6 +51,7 @@ import numpy as np
 from ._backend import NUMPY, check_size, dtype_name
 from .kvcache import (
     BaseKVCache,
+    buffer_nbytes,
     check_batch_shape,
     check_cache_layout,
     check_truncate,
@@ -231,8 +232,7 @@ class SlidingWindowKVCache(BaseKVCache):
 
     @property
     def nbytes(self) -> int:
-        return int(self._k.nbytes + self._v.nbytes) if isinstance(self._k, np.ndarray) else \
-            (self._k.numel() + self._v.numel()) * self._k.element_size()
+        return buffer_nbytes(self._k, self._v)
 
     def __repr__(self) -> str:
         return (f"SlidingWindowKVCache(length={self.length}, window={self.window}, "
