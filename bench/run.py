@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):                 # run as a script: python bench/run.py
@@ -91,6 +92,20 @@ def sizes(quick: bool) -> dict:
             "llm": {"prefill": 256, "decode": 64}}
 
 
+def _recorder(r: dict, rounds: int, log, monitor) -> Callable[..., None]:
+    """The ``figure(key, message, fn, *args, **kwargs)`` of one run: logs ``message``, times
+    ``fn`` with ``rounds`` rounds under ``monitor`` (which records the load beside the row)
+    and appends the row to ``r[key]``."""
+    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
+        log(message)
+        row: dict = {}
+        with monitor.figure(row):
+            row.update(fn(*args, rounds=rounds, **kwargs))
+        r.setdefault(key, []).append(row)
+
+    return figure
+
+
 def run_cpu(quick: bool, rounds: int, log) -> dict:
     import torch
 
@@ -99,14 +114,8 @@ def run_cpu(quick: bool, rounds: int, log) -> dict:
     r: dict = {"quick": quick, "rounds": rounds, "machine": measure.machine(),
                "default_block": default_block_size()}
 
-    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
-        log(message)
-        row: dict = {}
-        with monitor.figure(row):
-            row.update(fn(*args, rounds=rounds, **kwargs))
-        r.setdefault(key, []).append(row)
-
     with measure.LoadMonitor() as monitor:
+        figure = _recorder(r, rounds, log, monitor)
         r["loadavg_start"] = os.getloadavg()[0]
         with measure.threads(1):
             # Once unrecorded: the process's first timings (thread pools, the allocator's
@@ -190,14 +199,8 @@ def run_llm(quick: bool, rounds: int, log) -> dict:
     r: dict = {"quick": quick, "rounds": rounds, "machine": measure.machine()}
     cores = os.cpu_count() or 1
 
-    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
-        log(message)
-        row: dict = {}
-        with monitor.figure(row):
-            row.update(fn(*args, rounds=rounds, **kwargs))
-        r.setdefault(key, []).append(row)
-
     with measure.LoadMonitor() as monitor:
+        figure = _recorder(r, rounds, log, monitor)
         llm_figures(sizes(quick), figure, cores, log)
     return r
 
@@ -206,15 +209,8 @@ def run_training(quick: bool, rounds: int, log) -> dict:
     """The training-step table alone (``--only training``), one thread."""
     r: dict = {"quick": quick, "rounds": rounds, "machine": measure.machine()}
 
-    def figure(key: str, message: str, fn, *args, **kwargs) -> None:
-        log(message)
-        row: dict = {}
-        with monitor.figure(row):
-            row.update(fn(*args, rounds=rounds, **kwargs))
-        r.setdefault(key, []).append(row)
-
     with measure.LoadMonitor() as monitor, measure.threads(1):
-        training_figures(sizes(quick), figure)
+        training_figures(sizes(quick), _recorder(r, rounds, log, monitor))
     return r
 
 
