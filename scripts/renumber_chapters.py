@@ -117,7 +117,9 @@ def chapter_numbers_by_name() -> dict[str, int]:
 def fix_link_words(text: str, numbers: dict[str, int]) -> str:
     def one(m: re.Match) -> str:
         words, target = m.group(1), m.group(2)
-        name = Path(target.split("#")[0]).with_suffix("").name
+        path = target.split("#")[0]
+        # A link within the page ("#label") or to no file names no chapter.
+        name = Path(path).with_suffix("").name if Path(path).name else ""
         if name not in numbers or len(CHAPTER_WORD.findall(words)) != 1:
             return m.group(0)
         words = CHAPTER_WORD.sub(lambda w: f"{w.group(1)} {numbers[name]}", words)

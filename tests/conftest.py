@@ -83,7 +83,7 @@ def dtype(request):
 LONGEST_FIRST = (
     "tests/test_site.py",
     "chapters/10_inference.ipynb",
-    "chapters/11_inside_a_pretrained_model.ipynb",
+    "chapters/12_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
     "tests/test_jupyterlab.py",
     "chapters/02_why_sqrt_dk.ipynb",

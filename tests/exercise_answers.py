@@ -244,7 +244,7 @@ ANSWERS: dict[str, Answers] = {
                                    # the position itself counted in each layer's reach
                                    wrong={"my_reach": "32 * 4096"}),
     # --- end of chapter 9 -----------------------------------------------------------------
-    # --- chapter 11, inside a pretrained transformer (11_inside_a_pretrained_model.ipynb) ---
+    # --- chapter 11, inside a pretrained transformer (12_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
                                       " + 2 * 2 * 384"},
@@ -263,11 +263,11 @@ ANSWERS: dict[str, Answers] = {
         wrong={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
                                 "_a = MiniLM.load().params.layers[0].attention\n"
                                 "my_folded_b_o = _a.b_o + _a.b_v"}),
-    # its Going further notebook (11_inside_a_pretrained_model_going_further.ipynb)
+    # its Going further notebook (12_inside_a_pretrained_model_going_further.ipynb)
     "ex-inside-scale-one-layer": Answers(
         right={"my_layer": "5", "my_cosine": "0.936"},
         wrong={"my_layer": "0", "my_cosine": "0.936"}),
-    # --- chapter 12, the whole transformer (12_the_whole_transformer.ipynb) ----------------
+    # --- chapter 12, the whole transformer (11_the_whole_transformer.ipynb) ----------------
     "ex-capstone-gpt2-parameters": Answers(
         right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
                                 " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},

@@ -443,7 +443,7 @@ def test_a_chapter_that_uses_an_optional_extra_installs_it():
                 assert all(f'"{m}"' in from_repository for m in modules), nb.name
             else:
                 assert f",{extra}" not in source and f",{extra}" not in from_repository
-    assert "11_inside_a_pretrained_model.ipynb" in users
+    assert "12_inside_a_pretrained_model.ipynb" in users
     assert any(name.startswith("15_") for name in users), users      # the kernels
 
 

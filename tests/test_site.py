@@ -464,7 +464,7 @@ def test_the_phone_check_catches_what_sticks_out(browser, tmp_path):
 
 INTERACTIVE_CHAPTERS = ["chapters/02_why_sqrt_dk", "chapters/04_scaled_dot_product_attention",
                         "chapters/07_rotary_positions", "chapters/08_tiled_attention",
-                        "chapters/11_inside_a_pretrained_model"]
+                        "chapters/12_inside_a_pretrained_model"]
 
 
 def console_warnings(tab) -> list[str]:

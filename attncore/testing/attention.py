@@ -2,24 +2,16 @@
 
 :func:`check_attention` runs the course's property suite on any function that computes
 scaled dot-product attention, and reports, property by property, what holds and on which
-small input something fails::
+small input something fails. Here it checks PyTorch's own function, wrapped to take and
+return NumPy arrays::
 
-    >>> import math
-    >>> import numpy as np
+    >>> import torch
+    >>> import torch.nn.functional as F
     >>> from attncore.testing import check_attention
-    >>> def my_attention(q, k, v, mask=None, causal=False):
-    ...     scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
-    ...     if causal:
-    ...         n_q, n_k = scores.shape[-2:]
-    ...         mask = np.tri(n_q, n_k, dtype=bool) if mask is None else \\
-    ...             mask & np.tri(n_q, n_k, dtype=bool)
-    ...     if mask is not None:
-    ...         scores = np.where(mask, scores, -np.inf)
-    ...     m = scores.max(axis=-1, keepdims=True)
-    ...     e = np.exp(scores - np.where(np.isfinite(m), m, 0))
-    ...     total = e.sum(axis=-1, keepdims=True)
-    ...     return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
-    >>> report = check_attention(my_attention)
+    >>> def torch_attention(q, k, v):
+    ...     t = [torch.from_numpy(x) for x in (q, k, v)]
+    ...     return F.scaled_dot_product_attention(*t).numpy()
+    >>> report = check_attention(torch_attention, mask=False, causal=False)
     >>> report.passed
     True
 
@@ -48,9 +40,7 @@ It must return ``out`` of shape ``(*batch, n_q, d_v)`` and of the dtype of ``q``
 pair ``(out, weights)`` with ``weights`` of shape ``(*batch, n_q, n_k)``, using the
 default scale ``1 / sqrt(d_k)``, and leave its arguments unchanged. A query whose keys
 are all masked has no distribution to average: the course's convention (and attncore's)
-is a row of zeros, never NaN. (The example divides by ``math.sqrt``, a Python float:
-NumPy's ``np.sqrt(d)`` is a NumPy float64 scalar, which under NumPy 2 turns float32
-scores into float64, and ``preserves_dtype`` reports it.) Pass ``mask=False`` or
+is a row of zeros, never NaN. Pass ``mask=False`` or
 ``causal=False`` to :func:`check_attention` if your function takes no such keyword; the
 properties that need it are then skipped. Dropout is checked only where declared
 (``dropout=True``): a function without it needs no keyword.
@@ -58,15 +48,16 @@ properties that need it are then skipped. Dropout is checked only where declared
 
 from __future__ import annotations
 
-import functools
 import math
-import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from ._backend import check_flag, check_real, check_size
+from .._backend import check_flag, check_real, check_size
+from .report import CheckReport, PropertyResult
+from .runner import Failure, Skip, dtype_name as _dtype_name, function_name as _name, \
+    run_properties, to_numpy as _to_numpy
 
 __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
@@ -116,99 +107,14 @@ if __doc__ is not None:                  # (python -OO strips docstrings)
 
 
 @dataclass(frozen=True)
-class PropertyResult:
-    """The outcome of one property.
+class AttentionCheck(CheckReport):
+    """The report of :func:`check_attention`: one result per property of
+    :data:`PROPERTIES` (see :class:`~attncore.testing.report.CheckReport`)."""
 
-    Attributes
-    ----------
-    name : str
-        A key of :data:`PROPERTIES`.
-    status : {"passed", "failed", "skipped"}
-    detail : str
-        What went wrong (or why it was skipped); empty when it passed.
-    input : str
-        The input it failed on: shapes, mask, flags and seed.
-    """
-
-    name: str
-    status: str
-    detail: str = ""
-    input: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
+    check: str = "check_attention"
 
 
-@dataclass(frozen=True)
-class AttentionCheck:
-    """The report of :func:`check_attention`: one :class:`PropertyResult` per property.
-
-    ``str(report)`` is a summary of short lines; ``report[name]`` is one result.
-
-    Attributes
-    ----------
-    function : str
-        The name of the function checked.
-    results : tuple of PropertyResult
-        In the order of :data:`PROPERTIES`.
-    """
-
-    function: str
-    results: tuple[PropertyResult, ...]
-
-    @property
-    def passed(self) -> bool:
-        """True if no property failed (skipped ones do not count as failures)."""
-        return not self.failed
-
-    @property
-    def failed(self) -> list[str]:
-        """Names of the properties that failed."""
-        return [r.name for r in self.results if r.status == "failed"]
-
-    def __getitem__(self, name: str) -> PropertyResult:
-        for r in self.results:
-            if r.name == name:
-                return r
-        raise KeyError(f"name: expected one of {list(PROPERTIES)}, got {name!r}")
-
-    def summary(self, width: int = 80) -> str:
-        """The report as lines of at most ``width`` characters."""
-        counts = {s: sum(r.status == s for r in self.results)
-                  for s in ("passed", "failed", "skipped")}
-        lines = [f"check_attention({self.function}): {counts['passed']} passed, "
-                 f"{counts['failed']} failed, {counts['skipped']} skipped"]
-        mark = {"passed": "ok  ", "failed": "FAIL", "skipped": "skip"}
-        for r in self.results:
-            head = f"  {mark[r.status]}  {r.name}"
-            if r.detail:
-                head += f": {r.detail}"
-            lines += textwrap.wrap(head, width, subsequent_indent=" " * 8)
-            if r.status == "failed" and r.input:
-                lines += textwrap.wrap(f"on {r.input}", width, initial_indent=" " * 8,
-                                       subsequent_indent=" " * 8)
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def assert_passed(self) -> None:
-        """Raise ``AssertionError`` with the summary if any property failed."""
-        if not self.passed:
-            raise AssertionError("\n" + self.summary())
-
-
-class _Failure(Exception):
-    """A property does not hold: ``detail`` says how, ``input`` on what."""
-
-    def __init__(self, detail: str, input: str = ""):
-        super().__init__(detail)
-        self.detail, self.input = detail, input
-
-
-class _Skip(Exception):
-    pass
+_Failure, _Skip = Failure, Skip
 
 
 def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool = True,
@@ -275,23 +181,8 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     seed = check_size("seed", seed, minimum=0)
     runner = _Runner(fn, mask, causal, batch_shape, backend, atol, rtol, seed)
     runner.dtypes, runner.has_dropout = dtypes, dropout
-    results = []
-    for name in PROPERTIES:
-        try:
-            getattr(runner, name)()
-        except _Skip as skip:
-            results.append(PropertyResult(name, "skipped", str(skip)))
-        except _Failure as failure:
-            results.append(PropertyResult(name, "failed", failure.detail, failure.input))
-        else:
-            results.append(PropertyResult(name, "passed"))
-    return AttentionCheck(_name(fn), tuple(results))
-
-
-def _name(fn: Any) -> str:
-    if isinstance(fn, functools.partial):
-        return f"partial({_name(fn.func)}, ...)"
-    return getattr(fn, "__name__", type(fn).__name__)
+    report = run_properties("check_attention", fn, PROPERTIES, runner)
+    return AttentionCheck(report.function, report.results)
 
 
 # Relative tolerances of preserves_dtype, by dtype: float32 and float16 round every score,
@@ -782,25 +673,12 @@ def _flags(has_mask: bool, causal: bool) -> str:
     return ", ".join(words)
 
 
-def _dtype_name(x: Any) -> str | None:
-    dtype = getattr(x, "dtype", None)
-    return None if dtype is None else str(dtype).replace("torch.", "")
-
-
-def _to_numpy(x: Any) -> Any:
-    if x is None or isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "detach"):
-        return x.detach().cpu().numpy()
-    return x
-
-
 def _reference() -> tuple[Callable[..., np.ndarray], str]:
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
-        from .attention import scaled_dot_product_attention
+        from ..attention import scaled_dot_product_attention
 
         def ours(q, k, v, m, c):
             return scaled_dot_product_attention(q, k, v, mask=m, causal=c)
