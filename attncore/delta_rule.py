@@ -61,6 +61,7 @@ bfloat16 are computed in float32 and rounded back.
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from typing import Any
@@ -112,6 +113,16 @@ def _check_gate(name: str, x: Any, shape: tuple[int, ...], like: Any, low_open: 
         if not ((0 < value) if low_open else (0 <= value)) or not value <= 1:
             raise ValueError(f"{name}: expected values in {interval}, got {x!r}")
         if isinstance(like, np.ndarray):
+            rounded = float(np.asarray(value, dtype=like.dtype))
+        else:
+            rounded = float(sys.modules["torch"].tensor(value, dtype=like.dtype))
+        if low_open and not rounded > 0:
+            # A gate that rounds to 0 in the inputs' dtype is a gate of 0, outside (0, 1]
+            # (as an array of such gates is), and log 0 would turn the chunked form's decay
+            # ratios into NaN.
+            raise ValueError(f"{name}: expected values in {interval}, got {x!r}, which "
+                             f"rounds to 0 in q's dtype {dtype_name(like)}")
+        if isinstance(like, np.ndarray):
             return np.full(shape, value, dtype=like.dtype)
         return like.new_full(shape, value)
     if not (isinstance(x, np.ndarray) or is_torch_tensor(x)):
@@ -158,6 +169,27 @@ def _check_state(state: Any, batch: tuple[int, ...], d_v: int, d_k: int, like: A
     if not under_vmap(state):
         check_all_finite(**{name: state})
     return state
+
+
+def _check_overflow(out: Any, state: Any, k: Any, beta: Any) -> None:
+    """Raise ``ValueError`` if the result overflowed (its inputs were checked finite).
+
+    The only way a finite input gives a non-finite result is a state that grows: with
+    ``beta_t |k_t|^2 > 2`` the map ``I - beta_t k_t k_t^T`` has an eigenvalue below -1, and
+    the state grows geometrically (models L2-normalise ``k``, which keeps it below 2).
+    """
+    xp = _xp(out)
+    if bool(xp.isfinite(out).all()) and bool(xp.isfinite(state).all()):
+        return
+    k, beta = _work(k), _work(beta)
+    gain = beta * (k * k).sum(-1)                         # beta_t |k_t|^2, shape (..., n)
+    worst = float(gain.max()) if math.prod(shape_of(gain)) else 0.0
+    why = (f"beta_t |k_t|^2 reaches {worst:.3g} > 2, where I - beta k k^T has an "
+           f"eigenvalue below -1 and the state grows at every such token: L2-normalise "
+           f"k per head (as models do), or lower beta" if worst > 2 else
+           "the state grew beyond the dtype's range")
+    raise ValueError(f"k, beta: the gated delta rule's state overflowed {dtype_name(out)} "
+                     f"to NaN or infinity: {why}")
 
 
 # --- one token ------------------------------------------------------------------------------
@@ -207,7 +239,8 @@ def gated_delta_rule_step(state: Any, q_t: Any, k_t: Any, v_t: Any, g_t: Any, be
         nor an array, a non-bool ``erase``.
     ValueError
         Shapes that do not match, NaN or infinity in an input or the state, ``g_t``
-        outside ``(0, 1]``, ``beta_t`` outside ``[0, 1]``.
+        outside ``(0, 1]`` (a number that rounds to 0 in the dtype included), ``beta_t``
+        outside ``[0, 1]``; a new state that overflows the dtype (named ``k, beta``).
 
     Examples
     --------
@@ -237,8 +270,12 @@ def gated_delta_rule_step(state: Any, q_t: Any, k_t: Any, v_t: Any, g_t: Any, be
     beta_t = _check_gate("beta_t", beta_t, batch, q_t, False)
     state = _check_state(state, batch, d_v, d_k, q_t)
     dtype = q_t.dtype
-    out, s = _step(*(_work(x) for x in (state, q_t, k_t, v_t, g_t, beta_t)), erase)
-    return _back(out, dtype), _back(s, dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out, s = _step(*(_work(x) for x in (state, q_t, k_t, v_t, g_t, beta_t)), erase)
+    out, s = _back(out, dtype), _back(s, dtype)
+    if not under_vmap(out):
+        _check_overflow(out, s, k_t[..., None, :], beta_t[..., None])
+    return out, s
 
 
 # --- a whole sequence -----------------------------------------------------------------------
@@ -290,9 +327,11 @@ def gated_delta_rule(q: Any, k: Any, v: Any, g: Any, beta: Any, *,
         that is not a bool.
     ValueError
         As attention (ranks, widths, batch shapes), ``q`` and ``k`` of different
-        lengths, gates of the wrong shape, ``g`` outside ``(0, 1]``, ``beta`` outside
-        ``[0, 1]``, NaN or infinity in an input or ``initial_state``, a ``chunk_size``
-        below 1.
+        lengths, gates of the wrong shape, ``g`` outside ``(0, 1]`` (a number that
+        rounds to 0 in q's dtype included), ``beta`` outside ``[0, 1]``, NaN or infinity
+        in an input or ``initial_state``, a ``chunk_size`` below 1; a state that
+        overflows the dtype (named ``k, beta``: with ``beta_t |k_t|^2 > 2`` the state
+        grows at every such token; normalise ``k``).
 
     Examples
     --------
@@ -323,11 +362,15 @@ def gated_delta_rule(q: Any, k: Any, v: Any, g: Any, beta: Any, *,
     state = _check_state(initial_state, batch, shape.d_v, shape.d_k, q, "initial_state")
     dtype = q.dtype
     q, k, v, g, beta, state = (_work(x) for x in (q, k, v, g, beta, state))
-    if chunk_size is None:
-        out, state = _recurrent(q, k, v, g, beta, state, erase)
-    else:
-        out, state = _chunked(q, k, v, g, beta, state, chunk_size, erase)
+    # (an overflow is reported below, as one ValueError, not as NumPy's warnings)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if chunk_size is None:
+            out, state = _recurrent(q, k, v, g, beta, state, erase)
+        else:
+            out, state = _chunked(q, k, v, g, beta, state, chunk_size, erase)
     out, state = _back(out, dtype), _back(state, dtype)
+    if not under_vmap(out):
+        _check_overflow(out, state, k, beta)
     return (out, state) if return_state else out
 
 

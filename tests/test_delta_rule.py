@@ -180,3 +180,53 @@ def test_bad_input_is_named(change, exc, words):
     with pytest.raises(TypeError, match="v_t: expected a floating dtype"):
         ac.gated_delta_rule_step(None, q[..., 0, :], k[..., 0, :], v[..., 0, :] > 0, 1.0,
                                  1.0)
+
+
+@pytest.mark.parametrize("lib, dtype, g", [
+    ("numpy", "float32", 1e-50), ("numpy", "float16", 1e-8), ("torch", "float32", 1e-50),
+    ("torch", "bfloat16", 1e-50), ("torch", "float16", 1e-8)])
+@pytest.mark.parametrize("chunk_size", [None, 1, 4, 16])
+def test_a_gate_that_rounds_to_zero_is_refused_not_nan(lib, dtype, g, chunk_size):
+    # A valid number g that rounds to 0 in the inputs' dtype used to make the chunked form
+    # all NaN (log 0 - log 0) while the recurrence stayed finite.
+    q, k, v, _, _ = data(batch=(2,), n=8)
+    args = [x.astype(np.float32) for x in (q, k, v)]
+    if lib == "torch":
+        args = [torch.from_numpy(x).to(getattr(torch, dtype)) for x in args]
+    else:
+        args = [x.astype(dtype) for x in args]
+    with pytest.raises(ValueError, match=r"g: expected values in \(0, 1\], got 1e-\d+, which "
+                                         rf"rounds to 0 in q's dtype {dtype}"):
+        ac.gated_delta_rule(*args, g, 0.5, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match=r"g_t: expected values in \(0, 1\]"):
+        ac.gated_delta_rule_step(None, args[0][..., 0, :], args[1][..., 0, :],
+                                 args[2][..., 0, :], g, 0.5)
+    # A small gate the dtype holds is computed, chunked as recurrent.
+    small = 1e-40 if dtype == "float32" else 1e-4
+    rec = ac.gated_delta_rule(*args, small, 0.5)
+    chunked = ac.gated_delta_rule(*args, small, 0.5, chunk_size=chunk_size or 4)
+    if lib == "torch":
+        rec, chunked = rec.double(), chunked.double()
+    assert np.abs(to_numpy(rec).astype(np.float64) - to_numpy(chunked)).max() < 1e-2
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("chunk_size", [None, 8])
+def test_a_state_that_overflows_is_an_error_that_says_why(lib, chunk_size, recwarn):
+    # Unnormalised keys with beta |k|^2 > 2 grow the state geometrically: in float32 it
+    # overflowed within 100 tokens and came back as NaN, silently on torch.
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 100, 4)).astype(np.float32) for _ in range(3))
+    k *= 5
+    if lib == "torch":
+        q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+    with pytest.raises(ValueError, match=r"k, beta: the gated delta rule's state overflowed "
+                                         r"float32 to NaN or infinity: beta_t \|k_t\|\^2 "
+                                         r"reaches \d+ > 2"):
+        ac.gated_delta_rule(q, k, v, 1.0, 1.0, chunk_size=chunk_size)
+    assert not [w for w in recwarn if "overflow" in str(w.message)]    # one error, no noise
+    state = None
+    with pytest.raises(ValueError, match="k, beta: the gated delta rule's state overflowed"):
+        for t in range(100):
+            _, state = ac.gated_delta_rule_step(state, q[..., t, :], k[..., t, :],
+                                                v[..., t, :], 1.0, 1.0)
