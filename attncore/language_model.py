@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._backend import NUMPY, backend_of, check_flag, check_floating, check_real, check_size, \
-    shape_of
+from ._backend import NUMPY, backend_of, check_all_finite, check_flag, check_floating, \
+    check_real, check_size, dtype_name, find_non_finite, shape_of, under_vmap
 from .dropout import check_dropout
 from .kvcache import BaseKVCache, KVCache, _check_cache
 from .masks import sliding_window_mask
@@ -327,8 +327,10 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
     TypeError, ValueError
         A model that is not a :class:`LanguageModel`; ids that are not integers or lie
         outside ``[0, vocab_size)``; more than ``max_len`` positions; a bad ``dropout_p``
-        or generator; an overflow (as :func:`~attncore.multi_head_attention`); a
-        ``window`` below 1, negative ``sink_tokens``, or sink tokens without a window.
+        or generator; an overflow: in attention (as :func:`~attncore.multi_head_attention`),
+        in a feed-forward layer or the residual stream (named ``blocks[i]: params.w_ff1,
+        ...``) or in the head (named ``head``, or ``tok_emb`` when tied); a ``window``
+        below 1, negative ``sink_tokens``, or sink tokens without a window.
     """
     ids = _check_ids(model, ids, "ids")
     drop = check_dropout(dropout_p, generator, model.backend,
@@ -343,9 +345,10 @@ def lm_logits(model: LanguageModel, ids: Any, *, dropout_p: float = 0.0,
         from .dropout import apply_dropout
 
         h = apply_dropout(h, drop)
-    for block in model.blocks:
-        h = transformer_block(block, h, mask=mask, causal=True, dropout_p=dropout_p,
-                              generator=generator)
+    for i, block in enumerate(model.blocks):
+        with _in_block(i):
+            h = transformer_block(block, h, mask=mask, causal=True, dropout_p=dropout_p,
+                                  generator=generator)
     return _head(model, h)
 
 
@@ -414,8 +417,9 @@ def lm_decode(model: LanguageModel, ids: Any, caches: Any) -> Any:
             raise type(e)(f"caches[{i}]: {e}") from None
     checkpoints = [c._checkpoint() for c in caches]
     try:
-        for block, cache in zip(model.blocks, caches):
-            h = _decode_block(block, h, cache)
+        for i, (block, cache) in enumerate(zip(model.blocks, caches)):
+            with _in_block(i):
+                h = _decode_block(block, h, cache)
     except Exception:
         for cache, checkpoint in zip(caches, checkpoints):
             if len(cache) != start:
@@ -433,15 +437,42 @@ def _embed(model: LanguageModel, ids: Any, start: int) -> Any:
     return h
 
 
+class _in_block:
+    """Prefix ``blocks[i]: `` to a ValueError raised inside block ``i``: the arguments of
+    the model's functions are ids and settings, so a value that goes wrong inside the
+    stack (an overflow) is named by the block and weight where it happened."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, err: Any, tb: Any) -> bool:
+        if kind is ValueError:
+            raise ValueError(f"blocks[{self.i}]: {err}") from None
+        return False
+
+
 def _head(model: LanguageModel, h: Any) -> Any:
     """The final normalisation, then the head: ``LN_f(h) W_head`` (``W_head = E^T`` when
-    tied)."""
+    tied), checked for an overflow (NaN or infinite logits would make :func:`generate`
+    choose a token of probability 0)."""
     first = model.blocks[0]
-    if first.norm == "rms":
-        h = _rms_norm(h, model.lnf_weight, first.eps)
-    else:
-        h = _layer_norm(h, model.lnf_weight, model.lnf_bias, first.eps)
-    return h @ (model.tok_emb.T if model.head is None else model.head)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if first.norm == "rms":
+            h = _rms_norm(h, model.lnf_weight, first.eps)
+        else:
+            h = _layer_norm(h, model.lnf_weight, model.lnf_bias, first.eps)
+        logits = h @ (model.tok_emb.T if model.head is None else model.head)
+    if not under_vmap(logits) and find_non_finite(logits=logits) is not None:
+        name = "tok_emb (the tied head)" if model.head is None else "head"
+        check_all_finite(**{"lnf_weight": model.lnf_weight, "lnf_bias": model.lnf_bias,
+                            name: model.tok_emb if model.head is None else model.head})
+        raise ValueError(f"{name}: the head overflowed {dtype_name(logits)}: the logits "
+                         f"LN_f(h) @ W_head hold NaN or infinity for finite input; compute "
+                         f"in a wider dtype or use smaller weights")
+    return logits
 
 
 def _sample(logits: np.ndarray, u: np.ndarray, temperature: float,
@@ -612,8 +643,9 @@ def _cached_logits(model: LanguageModel, batch: int, capacity: int,
 
     def logits_of(all_ids: Any, new_ids: Any) -> Any:
         h = _embed(model, new_ids, caches[0].length)
-        for block, cache in zip(model.blocks, caches):
-            h = _decode_block(block, h, cache)        # block_decode_step, checked once
+        for i, (block, cache) in enumerate(zip(model.blocks, caches)):
+            with _in_block(i):
+                h = _decode_block(block, h, cache)    # block_decode_step, checked once
         return _head(model, h[:, -1:])[:, 0]
 
     return logits_of

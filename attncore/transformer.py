@@ -77,7 +77,7 @@ from .kvcache import KVCache, _check_decode, _decode_step
 # (gelu and layer_norm are also read from here, attncore.transformer.gelu, as before they
 # moved to attncore.layers)
 from .layers import _layer_norm, _relu, _rms_norm, _silu_numpy, gelu, layer_norm  # noqa: F401
-from ._backend import check_all_finite, dtype_name, find_non_finite
+from ._backend import check_all_finite, dtype_name, find_non_finite, under_vmap
 from .multihead import (
     MultiHeadParams,
     _attend_heads,
@@ -595,7 +595,44 @@ def _attention_step(p: TransformerBlockParams, h: Any, cache: KVCache, check: bo
 
 
 def _ffn(p: TransformerBlockParams, h: Any, drop: Dropout | None = None) -> Any:
-    return _feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation, drop, p.w_ff3)
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is checked below
+        return _feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, p.b_ff2, p.activation, drop,
+                             p.w_ff3)
+
+
+def _residual(x: Any, y: Any, p: TransformerBlockParams) -> Any:
+    """``x + y``, the feed-forward layer's output ``y`` joining the residual stream ``x``
+    (finite: the attention sub-layer checked its values), checked for an overflow.
+
+    Attention checks its own values and raises on an overflow; the feed-forward layer is
+    the one place of a block where finite inputs and weights can still overflow the dtype
+    (float16's largest number is 65504), so the block's output is checked here, once, and
+    the error names the feed-forward layer rather than the next block's input.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = x + y
+    if not under_vmap(out) and find_non_finite(out=out) is not None:
+        dtype = dtype_name(out)
+        weights = "params.w_ff1, params.w_ff3, params.w_ff2" if p.w_ff3 is not None \
+            else "params.w_ff1, params.w_ff2"
+        check_all_finite(**{"params.w_ff1": p.w_ff1, "params.w_ff2": p.w_ff2,
+                            "params.w_ff3": p.w_ff3, "params.b_ff1": p.b_ff1,
+                            "params.b_ff2": p.b_ff2})
+        if find_non_finite(y=y) is not None:
+            raise ValueError(f"{weights}: the feed-forward layer overflowed {dtype}: its "
+                             f"output holds NaN or infinity for finite input (the largest "
+                             f"{dtype} number is {_largest(out):.6g}); compute in a wider "
+                             f"dtype or use smaller weights")
+        raise ValueError(f"x: the residual stream overflowed {dtype} when the feed-forward "
+                         f"layer's output was added to it (the largest {dtype} number is "
+                         f"{_largest(out):.6g}); compute in a wider dtype")
+    return out
+
+
+def _largest(x: Any) -> float:
+    if isinstance(x, np.ndarray):
+        return float(np.finfo(x.dtype).max)
+    return float(sys.modules["torch"].finfo(x.dtype).max)
 
 
 def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = None,
@@ -662,10 +699,10 @@ def transformer_block(params: TransformerBlockParams, x: Any, *, mask: Any = Non
 
     if p.norm_first:
         x = x + attention(_norm(p, x, 1))
-        x = x + ffn(_norm(p, x, 2))
+        x = _residual(x, ffn(_norm(p, x, 2)), p)
     else:
         x = _norm(p, x + attention(x), 1)
-        x = _norm(p, x + ffn(x), 2)
+        x = _norm(p, _residual(x, ffn(x), p), 2)
     return (x, weights[0]) if return_weights else x
 
 
@@ -694,9 +731,9 @@ def block_decode_step(params: TransformerBlockParams, x: Any, cache: KVCache) ->
     p = params
     if p.norm_first:
         x = x + _attention_step(p, _norm(p, x, 1), cache, check=True)
-        return x + _ffn(p, _norm(p, x, 2))
+        return _residual(x, _ffn(p, _norm(p, x, 2)), p)
     x = _norm(p, x + _attention_step(p, x, cache, check=True), 1)
-    return _norm(p, x + _ffn(p, x), 2)
+    return _norm(p, _residual(x, _ffn(p, x), p), 2)
 
 
 def _decode_block(p: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
@@ -705,7 +742,7 @@ def _decode_block(p: TransformerBlockParams, x: Any, cache: KVCache) -> Any:
     checks its model once, not at every token and layer); the values are checked as
     always (:func:`~attncore.decode_step`)."""
     x = x + _attention_step(p, _norm(p, x, 1), cache, check=False)
-    return x + _ffn(p, _norm(p, x, 2))
+    return _residual(x, _ffn(p, _norm(p, x, 2)), p)
 
 
 # --- torch.nn.TransformerEncoderLayer -------------------------------------------------------

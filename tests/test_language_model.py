@@ -170,3 +170,66 @@ def test_window_arguments_are_checked():
         ac.lm_logits(m, [1, 2], window=2, sink_tokens=-1)
     with pytest.raises(TypeError, match="window: expected a positive integer"):
         ac.lm_logits(m, [1, 2], window=1.5)
+
+
+def _overflowing_model(blocks, where, backend):
+    """A float16 Llama-form model whose feed-forward layer in ``blocks[0]`` (``where="ffn"``)
+    or whose head (``where="head"``) overflows float16 on every prompt, though every weight
+    and input is finite."""
+    from attncore.pretrained.smollm2 import _convert
+
+    m = ac.init_language_model(16, 8, 2, 8, blocks, 32, activation="swiglu", bias=False,
+                               norm="rms", rope_base=1e4, dtype=np.float16, tie_head=False)
+    if where == "ffn":
+        b = m.blocks[0]
+        b.w_ff1[...] = 300 * np.eye(8)
+        b.w_ff3[...] = 300 * np.eye(8)
+        b.w_ff2[...] = 1e-5
+    elif where == "head":
+        m.head[...] = 0
+        m.head[:, 5] = m.head[:, 7] = 3e4
+    if backend == "torch":
+        m = _convert(m, lambda a: None if a is None else torch.from_numpy(a))
+    return m
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize("call", ["lm_logits", "generate", "generate_uncached", "lm_decode"])
+def test_an_overflow_in_the_feed_forward_layer_is_an_error_naming_block_and_weights(
+        backend, blocks, call, recwarn):
+    # It was NaN logits (and generate picked token 0, of probability 0), or, with a block
+    # after it, "x: expected finite values", x being no argument of these functions.
+    m = _overflowing_model(blocks, "ffn", backend)
+    with pytest.raises(ValueError, match=r"^blocks\[0\]: params.w_ff1, params.w_ff3, "
+                                         r"params.w_ff2: the feed-forward layer overflowed "
+                                         r"float16"):
+        if call == "lm_logits":
+            ac.lm_logits(m, [1, 2, 3])
+        elif call == "lm_decode":
+            caches = [ac.KVCache.for_layer(b.attn, 8, ()) for b in m.blocks]
+            ac.lm_decode(m, np.array([1, 2, 3]) if backend == "numpy"
+                         else torch.tensor([1, 2, 3]), caches)
+        else:
+            ac.generate(m, [1, 2, 3], 4, temperature=0.0,
+                        use_cache=call == "generate")
+    assert not [w for w in recwarn if "overflow" in str(w.message)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_an_overflow_in_the_head_is_an_error_not_a_token_of_probability_zero(backend,
+                                                                          temperature):
+    m = _overflowing_model(1, "head", backend)
+    with pytest.raises(ValueError, match="head: the head overflowed float16"):
+        ac.lm_logits(m, [1, 2, 3])
+    gen = np.random.default_rng(0) if backend == "numpy" else torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="head: the head overflowed float16"):
+        ac.generate(m, [1, 2, 3], 4, temperature=temperature, generator=gen)
+
+
+def test_a_model_that_fits_its_dtype_still_runs_in_float16():
+    m = _overflowing_model(2, "none", "numpy")
+    m.head[...] = 0.01
+    assert np.isfinite(ac.lm_logits(m, [1, 2, 3])).all()
+    assert len(ac.generate(m, [1, 2, 3], 3, temperature=0.0)) == 6
