@@ -125,7 +125,7 @@ def gelu(x: Any) -> Any:
 
     ``Phi`` is the standard normal distribution function. NumPy inputs are evaluated in
     float64 (with :func:`erf`) and rounded once to their own dtype; torch inputs use
-    ``torch.erf``.
+    ``torch.erfc`` (float16 and bfloat16 computed in float32, rounded once).
 
     Parameters
     ----------
@@ -150,7 +150,11 @@ def gelu(x: Any) -> Any:
 
     # The formula, rather than torch.nn.functional.gelu: PyTorch's fused CPU kernel is off
     # by up to 4.5 units in the last place in float32 (near x = 3.5), this by at most 2.
-    return 0.5 * x * (1.0 + torch.erf(x * (1 / math.sqrt(2))))
+    # Written with erfc, 1 + erf(z) = erfc(-z): for x << 0 the sum 1 + erf cancels (all of
+    # it by x = -4 in float16), erfc does not. float16 and bfloat16 are computed in float32
+    # and rounded once, as NumPy's half precision is.
+    z = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (0.5 * z * torch.erfc(z * (-1 / math.sqrt(2)))).to(x.dtype)
 
 
 def gelu_tanh(x: Any) -> Any:

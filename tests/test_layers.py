@@ -145,3 +145,22 @@ def test_pretrained_layer_norm_is_the_core_one_with_berts_names(backend):
     assert np.array_equal(to_numpy(a), to_numpy(b))
     with pytest.raises(ValueError, match=r"gain: expected shape \(16,\)"):
         bert_layer_norm(x, g[:8], s)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_torch_gelu_is_the_exact_gelu_rounded_once(dtype):
+    # float16 and bfloat16 were computed in their own precision, where 1 + erf(x/sqrt 2)
+    # cancels: 44% off at x = -3 in bfloat16, 0 instead of -1.3e-4 at x = -4 in float16.
+    x64 = torch.linspace(-8, 8, 4001, dtype=torch.float64)
+    t = getattr(torch, dtype)
+    x = x64.to(t)
+    exact = (0.5 * x.double() * torch.erfc(-x.double() / np.sqrt(2)))
+    got = ac.gelu(x).double()
+    # Half precision: within one rounding of the exact value. float32: within the error
+    # that rounding x itself causes, about x^2 units in the last place in the tail (the
+    # relative condition number of erfc(-x/sqrt 2) grows like x^2); 1 + erf was off by
+    # 9e6 units there (x = -5.6).
+    cond = 1.0 if dtype != "float32" else 1.0 + x64 ** 2
+    ulp = torch.finfo(t).eps * exact.abs() * cond + torch.finfo(t).tiny
+    assert ((got - exact).abs() <= ulp).all(), float(((got - exact).abs() / ulp).max())
+    assert ac.gelu(x).dtype == t
