@@ -225,3 +225,40 @@ def test_layer_heads_give_the_models_attention_weights(smol):
         long_context.layer_heads(smol, ids, 30)
     with pytest.raises(ValueError, match=r"ids: expected a non-empty \(n,\) array"):
         long_context.layer_heads(smol, [1, 49152], 3)
+
+
+@pytest.mark.parametrize("call, flag", [
+    ("generate", "stop_at_eos"), ("decode", "skip_special"),
+    ("chat_ids", "add_generation_prompt"), ("chat_text", "add_generation_prompt"),
+    ("chat", "stream")])
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_flags_are_checked_not_read_by_truthiness(smol, call, flag, value):
+    # "no" used to mean True: generate(stop_at_eos="no") stopped at the end of the turn.
+    ids = smol.encode("Say hi")
+    args = {"generate": (ids, 2), "decode": (ids,), "chat_ids": ("hi",),
+            "chat_text": ("hi",), "chat": ("hi", 1)}[call]
+    expected = "True, False or a callable" if flag == "stream" else "True or False"
+    with pytest.raises(TypeError, match=rf"^{flag}: expected {expected}, got"):
+        getattr(smol, call)(*args, **{flag: value})
+
+
+def test_lab_helpers_name_bad_ids_and_layers(smol):
+    from attncore.lab.long_context import layer_heads, token_losses
+
+    ids = smol.encode("The cat sat on the mat.")
+    logits = smol.logits(ids)
+    bad = ids.copy()
+    bad[3] = -bad[3]
+    with pytest.raises(ValueError, match=r"ids: expected .* in \[0, 49152\), got -\d+ at "
+                                         r"index 3"):
+        token_losses(logits, bad)
+    with pytest.raises(TypeError, match="ids: expected integer token ids, got dtype float64"):
+        token_losses(logits, ids + 0.7)
+    with pytest.raises(ValueError, match=r"got 49152 at index 0"):
+        token_losses(logits, np.full_like(ids, 49152))
+    for layer in (True, 1.5, "3"):
+        with pytest.raises(TypeError, match=r"^layer: expected an integer in \[0, 30\)"):
+            layer_heads(smol, ids, layer)
+    with pytest.raises(TypeError, match="ids: expected integer token ids"):
+        layer_heads(smol, ids + 0.5, 3)
+    assert np.isfinite(token_losses(logits, ids)).all()

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import numbers
 import sys
 from typing import Any
 
@@ -32,6 +33,24 @@ def execution_model_text() -> str:
     return text[start:end]
 
 
+def _token_ids(ids: Any, vocab: int) -> np.ndarray:
+    """``ids`` as a non-empty int64 ``(n,)`` array of token ids in ``[0, vocab)``, or an error
+    naming ``ids``: floats are refused rather than truncated, negative ids rather than read
+    from the end of the vocabulary."""
+    arr = np.asarray(ids.detach().cpu() if hasattr(ids, "detach") else ids)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"ids: expected integer token ids, got dtype {arr.dtype}")
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"ids: expected a non-empty (n,) array of token ids in [0, {vocab}), "
+                         f"got shape {arr.shape}")
+    bad = (arr < 0) | (arr >= vocab)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"ids: expected a non-empty (n,) array of token ids in [0, {vocab}), "
+                         f"got {int(arr[i])} at index {i}")
+    return arr.astype(np.int64)
+
+
 def token_losses(logits: Any, ids: Any) -> np.ndarray:
     """The negative log-likelihood of each next token, in nats.
 
@@ -46,12 +65,22 @@ def token_losses(logits: Any, ids: Any) -> np.ndarray:
     numpy.ndarray of float64, shape ``(n - 1,)``
         Entry ``t`` is ``-log p(ids[t + 1] | ids[:t + 1])``; ``exp`` of a mean is a
         perplexity.
+
+    Raises
+    ------
+    TypeError
+        ids that are not integers (floats are not truncated).
+    ValueError
+        logits not of shape ``(n, vocab)``; ids not of shape ``(n,)`` or outside
+        ``[0, vocab)`` (a negative id is not read from the end of the vocabulary).
     """
     if not isinstance(logits, np.ndarray):
         logits = logits.detach().cpu().double().numpy()
     logits = np.asarray(logits, dtype=np.float64)
-    ids = np.asarray(ids, dtype=np.int64)
-    if logits.ndim != 2 or ids.shape != logits.shape[:1]:
+    if logits.ndim != 2:
+        raise ValueError(f"logits: expected shape (n, vocab), got {logits.shape}")
+    ids = _token_ids(ids, logits.shape[-1])
+    if ids.shape != logits.shape[:1]:
         raise ValueError(f"logits, ids: expected shapes (n, vocab) and (n,), got "
                          f"{logits.shape} and {ids.shape}")
     top = logits.max(axis=-1, keepdims=True)
@@ -81,22 +110,26 @@ def layer_heads(smol: Any, ids: Any, layer: int) -> tuple[Any, Any, Any]:
 
     Raises
     ------
+    TypeError
+        A layer that is not an integer (a bool or a float included); ids that are not
+        integers.
     ValueError
         A layer outside ``[0, num_layers)``; ids that are not a non-empty ``(n,)`` array
-        of token ids.
+        of token ids in ``[0, vocab)``.
     """
     from contextlib import nullcontext
 
     import attncore as ac
 
     model = smol.model
-    if not 0 <= int(layer) < len(model.blocks):
+    if isinstance(layer, (bool, np.bool_)) or not isinstance(layer, numbers.Integral):
+        raise TypeError(f"layer: expected an integer in [0, {len(model.blocks)}), got "
+                        f"{layer!r} ({type(layer).__name__})")
+    if not 0 <= layer < len(model.blocks):
         raise ValueError(f"layer: expected an integer in [0, {len(model.blocks)}), got "
                          f"{layer!r}")
-    ids = np.asarray(ids.cpu() if hasattr(ids, "cpu") else ids, dtype=np.int64)
-    if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= len(model.tok_emb):
-        raise ValueError(f"ids: expected a non-empty (n,) array of token ids in [0, "
-                         f"{len(model.tok_emb)}), got shape {ids.shape}")
+    layer = int(layer)
+    ids = _token_ids(ids, len(model.tok_emb))
     torch = sys.modules.get("torch") if smol.backend == "torch" else None
     with (torch.no_grad() if torch is not None else nullcontext()):
         h = model.tok_emb[ids if torch is None else torch.as_tensor(

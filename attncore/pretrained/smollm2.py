@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .._backend import NUMPY, TORCH
+from .._backend import NUMPY, TORCH, check_flag
 from ..language_model import LanguageModel, _check_ids, _embed, _token_steps, lm_logits
 from ..multihead import MultiHeadParams
 from ..transformer import TransformerBlockParams, transformer_block
@@ -227,11 +227,12 @@ class SmolLM2:
 
     def decode(self, ids: Any, *, skip_special: bool = False) -> str:
         """The text of token ids ``(n,)`` (special tokens kept unless ``skip_special``)."""
+        skip_special = check_flag("skip_special", skip_special)
         ids = self._ids(ids, "ids")
         if ids.ndim != 1:
             raise ValueError(f"ids: expected shape (n,), got {tuple(ids.shape)}")
         return self.tokenizer.decode([int(i) for i in ids],
-                                     skip_special_tokens=bool(skip_special))
+                                     skip_special_tokens=skip_special)
 
     def tokens(self, ids: Any) -> list[str]:
         """Each id's text, one string per token (``"Ġ"`` marks a leading space)."""
@@ -245,8 +246,9 @@ class SmolLM2:
         | "assistant", "content": str}``. Without a system message the template puts its
         own first; ``add_generation_prompt`` ends with the opening of the assistant's
         turn."""
+        add_generation_prompt = check_flag("add_generation_prompt", add_generation_prompt)
         return render_chat(self.chat_template, _check_messages(messages),
-                           add_generation_prompt=bool(add_generation_prompt))
+                           add_generation_prompt=add_generation_prompt)
 
     def chat_ids(self, messages: Any, *, add_generation_prompt: bool = True) -> np.ndarray:
         """The token ids of :meth:`chat_text`: int64 ``(n,)``."""
@@ -323,6 +325,7 @@ class SmolLM2:
         -------
         numpy.ndarray of int64: the prompt followed by the new tokens
         """
+        stop_at_eos = check_flag("stop_at_eos", stop_at_eos)
         steps = self._steps(ids, n_new, temperature, top_k, generator, window, sink_tokens)
         tokens, one = next(steps)
         done = np.zeros(tokens.shape[0], dtype=bool)
@@ -399,6 +402,12 @@ class SmolLM2:
         -------
         str : the reply, without the end-of-turn token
         """
+        if not callable(stream):
+            try:
+                stream = check_flag("stream", stream)
+            except TypeError:
+                raise TypeError(f"stream: expected True, False or a callable, got "
+                                f"{stream!r}") from None
         ids = self.chat_ids(messages)
         show = stream if callable(stream) else \
             (lambda piece: print(piece, end="", flush=True)) if stream else None
