@@ -332,11 +332,16 @@ def drop_link(site: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     site = Path(argv[0] if argv else ROOT / "_build" / "html").resolve()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from browser import ENV, browser_or_none
+
+    chromium, why = browser_or_none()
     if chromium is None:
+        if os.environ.get(ENV, "").strip():
+            print(f"book_pdf: {why}", file=sys.stderr)     # a variable set wrong: an error
+            return 1
         drop_link(site)
-        print("book_pdf: no PDF of the book: Chromium is not installed "
-              "(apt-get install chromium); the landing page does not link one")
+        print(f"book_pdf: no PDF of the book: {why}; the landing page does not link one")
         return 0
     start = time.monotonic()
     page = assemble(site)

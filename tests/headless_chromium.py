@@ -27,15 +27,19 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_ext"))
+from browser import browser_or_none  # noqa: E402  (the one lookup, shared with the PDF)
+
+# Chromium or Google Chrome: $ATTNCORE_BROWSER, else the usual names and places.
+CHROMIUM, NO_BROWSER = browser_or_none()
 
 # No GPU, no network (every host resolves to nothing and any proxy use goes nowhere; only a
 # server on this machine's loopback address, such as a JupyterLab a test starts, is reached),
@@ -88,8 +92,8 @@ class Chromium:
 
     def __init__(self, timeout: float = 120.0):
         if CHROMIUM is None:
-            raise BrowserError("Debian's chromium is not installed: `apt-get install chromium` "
-                               "(scripts/test installs it when run as root)")
+            raise BrowserError(f"{NO_BROWSER} (scripts/test installs Debian's chromium when "
+                               f"run as root)")
         self.timeout = timeout
         self._proc: subprocess.Popen | None = None
         self._start()
