@@ -92,6 +92,37 @@ def install_torch(version: str, gpu: bool) -> None:
     pip(f"torch=={version}", *torch_source(gpu))
 
 
+def other_python_hint(system: str | None = None, found: list[str] | None = None) -> str:
+    """What to run instead on a Python the course does not support: a supported Python
+    found on PATH, named with the commands that make a fresh environment with it, or how
+    to install one on this system."""
+    import shutil
+
+    system = system or platform.system()
+    oldest, newest = PYTHONS
+    names = [f"python3.{minor}" for minor in range(newest[1], oldest[1] - 1, -1)]
+    found = [n for n in names if shutil.which(n)] if found is None else found
+    windows = system == "Windows"
+    if windows:
+        make = ("    rmdir /s /q .venv\n    py -3.{m} -m venv .venv\n"
+                "    .venv\\Scripts\\python install.py")
+    else:
+        make = "    rm -rf .venv\n    {name} -m venv .venv\n    .venv/bin/python install.py"
+    if found:
+        name = found[0]
+        return ("Make the environment again with " + name + ", found on PATH:\n" +
+                make.format(name=name, m=name.rsplit(".", 1)[-1]))
+    get = {"Linux": "Debian and Ubuntu: sudo apt install python3.11 python3.11-venv (Ubuntu "
+                    "22.04 has it in its universe component); other systems: your package "
+                    "manager's python3.12, or uv python install 3.12",
+           "Darwin": "the installer from python.org, or brew install python@3.12",
+           "Windows": "the installer from python.org, or winget install Python.Python.3.12"}
+    return ("Install a Python " + ".".join(map(str, oldest)) + " to " +
+            ".".join(map(str, newest)) + " (" + get.get(system, get["Linux"]) +
+            "), then make the environment again with it:\n" +
+            make.format(name="python3.11" if system == "Linux" else "python3.12", m="12"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", action="store_true",
@@ -106,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if not PYTHONS[0] <= sys.version_info[:2] <= PYTHONS[1]:
         oldest, newest = (".".join(map(str, v)) for v in PYTHONS)
         raise SystemExit(f"The course runs on Python {oldest} to {newest}; this is "
-                         f"{platform.python_version()} ({sys.executable}).")
+                         f"{platform.python_version()} ({sys.executable}).\n"
+                         f"{other_python_hint()}")
     if sys.prefix == sys.base_prefix and not args.not_a_venv:
         raise SystemExit("Run this file with a virtual environment's Python, not the "
                          "system's:\n    python3 -m venv .venv\n    .venv/bin/python install.py"
