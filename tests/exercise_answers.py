@@ -26,6 +26,22 @@ _SWAP_HEADS = ("def swap_heads(p):\n"
                "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
                "                   b_v=p.b_v[order]")
 
+# Chapter 5's multi-head forward pass, with the width that scales the scores as a slot.
+_MY_MULTI_HEAD = """def my_multi_head(x, w_q, w_k, w_v, w_o, num_heads, causal=False):
+    *batch, n, d_model = x.shape
+    d_k = d_model // num_heads
+
+    def split(y):
+        return np.swapaxes(y.reshape(*batch, n, num_heads, d_k), -2, -3)
+
+    q, k, v = split(x @ w_q), split(x @ w_k), split(x @ w_v)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt({width})
+    if causal:
+        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    z = (e / e.sum(axis=-1, keepdims=True)) @ v
+    return np.swapaxes(z, -2, -3).reshape(*batch, n, d_model) @ w_o"""
+
 # Chapter 13's Q4_1 round trip of one block, with the rounding of the codes as a slot.
 _Q4_1 = ("def my_q4_1(block):\n"
          "    lo, hi = block.min(), block.max()\n"
@@ -198,6 +214,10 @@ ANSWERS: dict[str, Answers] = {
         right={"swap_heads": _SWAP_HEADS + ",\n                   w_o=p.w_o[order, :])"},
         # the heads' projections move but what they write (the rows of W_O) does not
         wrong={"swap_heads": _SWAP_HEADS + ")"}),
+    "ex-mha-your-layer": Answers(
+        right={"my_multi_head": _MY_MULTI_HEAD.format(width="d_k")},
+        # each head's scores divided by sqrt(d_model), not by sqrt(d_k) of one head
+        wrong={"my_multi_head": _MY_MULTI_HEAD.format(width="d_model")}),
     # --- end of chapter 5 -----------------------------------------------------------------
     # --- chapter 8, tiled (flash) attention (08_tiled_attention.ipynb) -----------------------
     "ex-tiled-merge": Answers(

@@ -332,6 +332,7 @@ def test_one_error_is_reported_once_as_the_cause():
     report = check_attention(broken.transpose_with_dot_t)
     first = report[report.failed[0]]
     assert first.name == "output_shape" and "raised ValueError" in first.detail
+    assert "k.T reverses every axis" in first.detail
     text = report.summary()
     assert text.count("raised ValueError") == 1, text
     others = [report[name] for name in report.failed[1:]]

@@ -249,6 +249,10 @@ class _Runner:
             result = self.fn(*args, **kwargs)
         except Exception as err:                                # reported, not raised
             hint = ""
+            if isinstance(err, ValueError) and "core dimension" in str(err) and \
+                    np.ndim(k) > 2:
+                hint = (" (k has batch axes, (..., n_k, d_k): k.T reverses every axis, "
+                        "not only the last two)")
             if isinstance(err, TypeError) and "keyword" in str(err):
                 hint = (" (if fn takes no such keyword, pass mask=False or causal=False "
                         "to check_attention)")
