@@ -42,6 +42,15 @@ _MY_MULTI_HEAD = """def my_multi_head(x, w_q, w_k, w_v, w_o, num_heads, causal=F
     z = (e / e.sum(axis=-1, keepdims=True)) @ v
     return np.swapaxes(z, -2, -3).reshape(*batch, n, d_model) @ w_o"""
 
+# Chapter 6's sinusoidal table, with the exponent of the frequencies as a slot.
+_MY_SINUSOIDAL = """def my_sinusoidal(n, d, base=10000.0):
+    omega = base ** (-{exponent})
+    angles = np.arange(n)[:, None] * omega
+    pe = np.empty((n, d))
+    pe[:, 0::2] = np.sin(angles)
+    pe[:, 1::2] = np.cos(angles)
+    return pe"""
+
 # Chapter 13's Q4_1 round trip of one block, with the rounding of the codes as a slot.
 _Q4_1 = ("def my_q4_1(block):\n"
          "    lo, hi = block.min(), block.max()\n"
@@ -179,6 +188,10 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
+    "ex-positions-your-sinusoidal": Answers(
+        right={"my_sinusoidal": _MY_SINUSOIDAL.format(exponent="np.arange(0, d, 2) / d")},
+        # one frequency per feature index instead of per pair: base^(-i/d)
+        wrong={"my_sinusoidal": _MY_SINUSOIDAL.format(exponent="np.arange(d // 2) / d")}),
     "ex-positions-which-targets": Answers(right={"my_tasks": '{"a", "c"}'},
                                           # the token one place after: needs positions
                                           wrong={"my_tasks": '{"a", "c", "d"}'}),
