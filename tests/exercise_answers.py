@@ -51,6 +51,16 @@ _MY_SINUSOIDAL = """def my_sinusoidal(n, d, base=10000.0):
     pe[:, 1::2] = np.cos(angles)
     return pe"""
 
+# Chapter 7's RoPE, with the second half of the rotation as a slot.
+_MY_ROPE = """def my_rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    theta = base ** (-np.arange(0, d, 2) / d)
+    angles = positions[:, None] * theta
+    cos = np.cos(angles).astype(x.dtype)
+    sin = np.sin(angles).astype(x.dtype)
+    a, b = x[..., :d // 2], x[..., d // 2:]
+    return np.concatenate([a * cos - b * sin, {second}], axis=-1)"""
+
 # Chapter 13's Q4_1 round trip of one block, with the rounding of the codes as a slot.
 _Q4_1 = ("def my_q4_1(block):\n"
          "    lo, hi = block.min(), block.max()\n"
@@ -209,6 +219,10 @@ ANSWERS: dict[str, Answers] = {
             "    d = w.shape[-1]\n"
             "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
             "    return w[..., sigma]")}),
+    "ex-rope-your-rope": Answers(
+        right={"my_rope": _MY_ROPE.format(second="a * sin + b * cos")},
+        # the sine's sign swapped in the second half only: not a rotation (lengths change)
+        wrong={"my_rope": _MY_ROPE.format(second="-a * sin + b * cos")}),
     "ex-rope-alibi-reach": Answers(right={"my_heads": "2", "my_reach": "1178"},
                                    wrong={"my_reach": "1179"}),    # rounded up
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
