@@ -193,3 +193,10 @@ def test_bad_arguments_to_the_check():
         check_multi_head_attention(3)
     with pytest.raises(TypeError, match="causal"):
         check_multi_head_attention(reference, causal="yes")
+
+
+def test_the_module_example_runs():
+    import doctest
+
+    import attncore.testing.multi_head as module
+    assert doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0

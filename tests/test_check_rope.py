@@ -146,3 +146,10 @@ def test_bad_arguments_to_the_check():
         check_rope("rope")
     with pytest.raises(ValueError, match="seed"):
         check_rope(ac.rope, seed=-1)
+
+
+def test_the_module_example_runs():
+    import doctest
+
+    import attncore.testing.rope as module
+    assert doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
