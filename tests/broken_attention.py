@@ -306,3 +306,13 @@ def dropout_correct(q, k, v, mask=None, causal=False, dropout_p=0.0):
         return out
     keep = np.random.default_rng().random(w.shape) >= dropout_p
     return (w * keep / (1 - dropout_p)) @ v
+
+
+def transpose_with_dot_t(q, k, v, mask=None, causal=False):
+    """``k.T``, right for one sequence only: on batched inputs it reverses every axis, and
+    the product raises (one bug that every property runs into)."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])                         # the mistake
+    allowed = _allowed(mask, causal, *scores.shape[-2:])
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    return _softmax_rows(scores) @ v

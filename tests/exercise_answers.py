@@ -26,6 +26,41 @@ _SWAP_HEADS = ("def swap_heads(p):\n"
                "                   w_v=p.w_v[:, order], b_q=p.b_q[order], b_k=p.b_k[order],\n"
                "                   b_v=p.b_v[order]")
 
+# Chapter 5's multi-head forward pass, with the width that scales the scores as a slot.
+_MY_MULTI_HEAD = """def my_multi_head(x, w_q, w_k, w_v, w_o, num_heads, causal=False):
+    *batch, n, d_model = x.shape
+    d_k = d_model // num_heads
+
+    def split(y):
+        return np.swapaxes(y.reshape(*batch, n, num_heads, d_k), -2, -3)
+
+    q, k, v = split(x @ w_q), split(x @ w_k), split(x @ w_v)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt({width})
+    if causal:
+        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    z = (e / e.sum(axis=-1, keepdims=True)) @ v
+    return np.swapaxes(z, -2, -3).reshape(*batch, n, d_model) @ w_o"""
+
+# Chapter 6's sinusoidal table, with the exponent of the frequencies as a slot.
+_MY_SINUSOIDAL = """def my_sinusoidal(n, d, base=10000.0):
+    omega = base ** (-{exponent})
+    angles = np.arange(n)[:, None] * omega
+    pe = np.empty((n, d))
+    pe[:, 0::2] = np.sin(angles)
+    pe[:, 1::2] = np.cos(angles)
+    return pe"""
+
+# Chapter 7's RoPE, with the second half of the rotation as a slot.
+_MY_ROPE = """def my_rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    theta = base ** (-np.arange(0, d, 2) / d)
+    angles = positions[:, None] * theta
+    cos = np.cos(angles).astype(x.dtype)
+    sin = np.sin(angles).astype(x.dtype)
+    a, b = x[..., :d // 2], x[..., d // 2:]
+    return np.concatenate([a * cos - b * sin, {second}], axis=-1)"""
+
 # Chapter 13's Q4_1 round trip of one block, with the rounding of the codes as a slot.
 _Q4_1 = ("def my_q4_1(block):\n"
          "    lo, hi = block.min(), block.max()\n"
@@ -163,6 +198,10 @@ ANSWERS: dict[str, Answers] = {
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
             "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
             "    return t")}),
+    "ex-positions-your-sinusoidal": Answers(
+        right={"my_sinusoidal": _MY_SINUSOIDAL.format(exponent="np.arange(0, d, 2) / d")},
+        # one frequency per feature index instead of per pair: base^(-i/d)
+        wrong={"my_sinusoidal": _MY_SINUSOIDAL.format(exponent="np.arange(d // 2) / d")}),
     "ex-positions-which-targets": Answers(right={"my_tasks": '{"a", "c"}'},
                                           # the token one place after: needs positions
                                           wrong={"my_tasks": '{"a", "c", "d"}'}),
@@ -180,6 +219,10 @@ ANSWERS: dict[str, Answers] = {
             "    d = w.shape[-1]\n"
             "    sigma = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])\n"
             "    return w[..., sigma]")}),
+    "ex-rope-your-rope": Answers(
+        right={"my_rope": _MY_ROPE.format(second="a * sin + b * cos")},
+        # the sine's sign swapped in the second half only: not a rotation (lengths change)
+        wrong={"my_rope": _MY_ROPE.format(second="-a * sin + b * cos")}),
     "ex-rope-alibi-reach": Answers(right={"my_heads": "2", "my_reach": "1178"},
                                    wrong={"my_reach": "1179"}),    # rounded up
     # --- chapter 5, multi-head attention (05_multi_head_attention.ipynb) --------------------
@@ -198,6 +241,10 @@ ANSWERS: dict[str, Answers] = {
         right={"swap_heads": _SWAP_HEADS + ",\n                   w_o=p.w_o[order, :])"},
         # the heads' projections move but what they write (the rows of W_O) does not
         wrong={"swap_heads": _SWAP_HEADS + ")"}),
+    "ex-mha-your-layer": Answers(
+        right={"my_multi_head": _MY_MULTI_HEAD.format(width="d_k")},
+        # each head's scores divided by sqrt(d_model), not by sqrt(d_k) of one head
+        wrong={"my_multi_head": _MY_MULTI_HEAD.format(width="d_model")}),
     # --- end of chapter 5 -----------------------------------------------------------------
     # --- chapter 8, tiled (flash) attention (08_tiled_attention.ipynb) -----------------------
     "ex-tiled-merge": Answers(

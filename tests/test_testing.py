@@ -192,7 +192,8 @@ def test_each_property_names_what_it_found():
     assert check_attention(broken.mutates_without_mask)["inputs_unchanged"].detail == \
         "fn changed its argument v in place (without a mask)"
     result = check_attention(broken.float32_answered_in_float64)["preserves_dtype"]
-    assert result.detail == "float32 inputs gave out of dtype float64, expected float32"
+    assert result.detail.startswith("float32 inputs gave out of dtype float64, expected "
+                                    "float32; under NumPy 2")
     assert "of dtype float32" in result.input
     result = check_attention(broken.wrong_when_d_v_above_3)["matches_reference"]
     assert "v (2, 3, 6, 5)" in result.input
@@ -215,7 +216,9 @@ def test_a_function_without_mask_or_causal():
     # without saying so, the mask calls fail, and the report says what to do
     report = check_attention(plain)
     assert "no_padding_leakage" in report.failed
-    assert "pass mask=False or causal=False" in report["no_padding_leakage"].detail
+    # (the first property that hits the error reports it; the others point to it)
+    assert "pass mask=False or causal=False" in report[report.failed[0]].detail
+    assert report["no_padding_leakage"].detail.startswith("fails with the same error")
 
 
 def test_nan_for_fully_masked_rows_is_reported():
@@ -322,3 +325,23 @@ def test_the_new_properties_name_what_they_found():
     assert "NaN" in detail and "709" in detail
     detail = check_attention(broken.computes_in_float32)["float64_precision"].detail
     assert "float64" in detail
+
+
+def test_one_error_is_reported_once_as_the_cause():
+    # k.T on batched inputs: every property hits the same ValueError (with other sizes)
+    report = check_attention(broken.transpose_with_dot_t)
+    first = report[report.failed[0]]
+    assert first.name == "output_shape" and "raised ValueError" in first.detail
+    assert "k.T reverses every axis" in first.detail
+    text = report.summary()
+    assert text.count("raised ValueError") == 1, text
+    others = [report[name] for name in report.failed[1:]]
+    assert others and all(r.detail.startswith("fails with the same error as "
+                                              "output_shape") for r in others)
+
+
+def test_a_float64_result_says_why_and_how():
+    detail = check_attention(broken.float32_answered_in_float64)["preserves_dtype"].detail
+    assert "float32 inputs gave out of dtype float64" in detail
+    assert "np.sqrt(d_k)" in detail and "math.sqrt(d_k)" in detail
+    assert ".astype(q.dtype)" in detail

@@ -9,12 +9,19 @@ named for what it checks:
 
 * :func:`check_attention` (:mod:`attncore.testing.attention`): scaled dot-product
   attention with masks, ``fn(q, k, v, mask=None, causal=False)``.
+* :func:`check_multi_head_attention` (:mod:`attncore.testing.multi_head`): the forward
+  pass of a multi-head layer, ``fn(x, w_q, w_k, w_v, w_o, num_heads, causal=False)``.
+* :func:`check_rope` (:mod:`attncore.testing.rope`): rotary position embeddings,
+  ``fn(x, positions, base=10000.0)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
+from .multi_head import check_multi_head_attention
+from .rope import check_rope
 from .report import CheckReport, PropertyResult
 
-__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention"]
+__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
+           "check_multi_head_attention", "check_rope"]

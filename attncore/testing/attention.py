@@ -56,8 +56,8 @@ import numpy as np
 
 from .._backend import check_flag, check_real, check_size
 from .report import CheckReport, PropertyResult
-from .runner import Failure, Skip, dtype_name as _dtype_name, function_name as _name, \
-    run_properties, to_numpy as _to_numpy
+from .runner import DTYPE_HINT, Failure, Skip, dtype_name as _dtype_name, \
+    function_name as _name, group_same_errors, run_properties, to_numpy as _to_numpy
 
 __all__ = ["AttentionCheck", "PropertyResult", "PROPERTIES", "check_attention"]
 
@@ -154,7 +154,9 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     -------
     AttentionCheck
         ``.passed``, ``.failed`` (names), ``.results`` (one per property of
-        :data:`PROPERTIES`) and a printable summary.
+        :data:`PROPERTIES`) and a printable summary. Where one error (an exception with
+        the same message up to its numbers) makes several properties fail, the first of
+        them reports it and the others say that they fail with it.
 
     Raises
     ------
@@ -182,7 +184,7 @@ def check_attention(fn: Callable[..., Any], *, mask: bool = True, causal: bool =
     runner = _Runner(fn, mask, causal, batch_shape, backend, atol, rtol, seed)
     runner.dtypes, runner.has_dropout = dtypes, dropout
     report = run_properties("check_attention", fn, PROPERTIES, runner)
-    return AttentionCheck(report.function, report.results)
+    return AttentionCheck(report.function, group_same_errors(report.results))
 
 
 # Relative tolerances of preserves_dtype, by dtype: float32 and float16 round every score,
@@ -247,6 +249,10 @@ class _Runner:
             result = self.fn(*args, **kwargs)
         except Exception as err:                                # reported, not raised
             hint = ""
+            if isinstance(err, ValueError) and "core dimension" in str(err) and \
+                    np.ndim(k) > 2:
+                hint = (" (k has batch axes, (..., n_k, d_k): k.T reverses every axis, "
+                        "not only the last two)")
             if isinstance(err, TypeError) and "keyword" in str(err):
                 hint = (" (if fn takes no such keyword, pass mask=False or causal=False "
                         "to check_attention)")
@@ -326,8 +332,10 @@ class _Runner:
                                                 dtype_of=True)
                 for what, got in zip(("out", "weights"), given):
                     if got is not None and got != dtype:
+                        hint = DTYPE_HINT.replace("(d)", "(d_k)").replace(
+                            "x.dtype", "q.dtype") if got == "float64" else ""
                         raise _Failure(f"{dtype} inputs gave {what} of dtype {got}, "
-                                       f"expected {dtype}", where)
+                                       f"expected {dtype}{hint}", where)
                 if dtype == "float64":
                     continue
                 wide, _ = self.call(*(x.astype(np.float64) for x in (q, k, v)), causal=c,

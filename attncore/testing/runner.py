@@ -13,6 +13,7 @@ from inside the check.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from .report import CheckReport, PropertyResult
 
 __all__ = ["Failure", "Skip", "call", "expect_array", "function_name", "run_properties",
-           "to_numpy", "dtype_name"]
+           "to_numpy", "dtype_name", "group_same_errors", "with_dtype_hint"]
 
 
 class Failure(Exception):
@@ -101,6 +102,48 @@ def expect_array(value: Any, *, name: str, shape: tuple[int, ...], dtype: str | 
         raise Failure(f"{name}: expected finite numbers, got NaN or infinity at "
                       f"{tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])}", where)
     return arr
+
+
+# Why float32 inputs most often come back as float64, and what to do, for the reports.
+DTYPE_HINT = ("; under NumPy 2 one NumPy float64 number in the arithmetic (np.sqrt(d), "
+              "np.float64(...), a float64 array) turns float32 results into float64: "
+              "use a Python float (math.sqrt(d)) or convert the result with "
+              ".astype(x.dtype)")
+
+
+def with_dtype_hint(failure: Failure) -> Failure:
+    """``failure`` with :data:`DTYPE_HINT` added if it reports float32 inputs that gave a
+    float64 result."""
+    if re.search(r"expected dtype float32.*got float64", failure.detail):
+        return Failure(failure.detail + DTYPE_HINT, failure.input)
+    return failure
+
+
+def group_same_errors(results: tuple[PropertyResult, ...]) -> tuple[PropertyResult, ...]:
+    """The results, with every failure that repeats an earlier one's exception (the same
+    type and message up to its numbers) replaced by a pointer to that first one, so that
+    one bug reads as one cause."""
+    first: dict[str, str] = {}
+    out = []
+    for r in results:
+        key = _error_key(r.detail) if r.status == "failed" else None
+        if key is not None and key in first:
+            r = PropertyResult(r.name, "failed",
+                               f"fails with the same error as {first[key]} (fix that "
+                               f"first)", "")
+        elif key is not None:
+            first[key] = r.name
+        out.append(r)
+    return tuple(out)
+
+
+def _error_key(detail: str) -> str | None:
+    """An exception's report without its numbers (shapes, sizes), or None if ``detail``
+    reports no exception."""
+    match = re.search(r"raised (\w+): (.*)", detail, re.S)
+    if match is None:
+        return None
+    return match.group(1) + ":" + re.sub(r"\d+", "#", match.group(2))
 
 
 def run_properties(check: str, fn: Callable[..., Any], properties: Mapping[str, str],

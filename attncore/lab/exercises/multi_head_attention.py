@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import fields
+from typing import Any
 
 import numpy as np
 
@@ -169,3 +170,19 @@ def swap(swap_heads) -> Verdict:
     return Verdict(False, "the patterns moved but the output changed: what each head writes "
                           "must move with it (which block of W_O belongs to head h?).",
                    details)
+
+
+@exercise("ex-mha-your-layer")
+def your_layer(fn: Any) -> Verdict:
+    """A reader-written ``my_multi_head(x, w_q, w_k, w_v, w_o, num_heads, causal=False)``,
+    put through :func:`attncore.testing.check_multi_head_attention`."""
+    from ...testing import check_multi_head_attention
+    from .scaled_dot_product_attention import verdict_from_report
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_multi_head(x, w_q, w_k, w_v, w_o, "
+                              f"num_heads, causal=False), got {type(fn).__name__}")
+    return verdict_from_report(
+        check_multi_head_attention(fn),
+        "from attncore.testing import check_multi_head_attention; "
+        "print(check_multi_head_attention(my_multi_head))", "Your layer")

@@ -98,3 +98,86 @@ def which_targets(tasks) -> Verdict:
     return Verdict(False, "for each task, look for two orders of the same tokens that put "
                           "the same token at position i but give it different targets; if "
                           "there are such orders, the task needs positions.")
+
+
+def _sinusoidal_failure(fn) -> str | None:
+    """The first property of the sinusoidal encoding that the reader's
+    ``my_sinusoidal(n, d, base=10000.0)`` breaks, in words with the small input, or None.
+    Compares with :func:`attncore.sinusoidal_positions` only through properties, so that
+    no message holds a value of the table."""
+    def table(n, d, base=None):
+        where = f"my_sinusoidal({n}, {d}{'' if base is None else f', base={base:g}'})"
+        try:
+            pe = fn(n, d) if base is None else fn(n, d, base=base)
+        except Exception as err:                         # reported, not raised
+            raise _Broken(f"{where} raised {type(err).__name__}: {err}") from None
+        if pe is None:
+            raise _Broken(f"{where} returned None (does the function end with return?)")
+        arr = np.asarray(pe.detach().cpu() if hasattr(pe, "detach") else pe)
+        if arr.shape != (n, d):
+            raise _Broken(f"shape: {where} has shape {arr.shape}, expected one row per "
+                          f"position and one column per feature, (n, d) = ({n}, {d})")
+        if not np.issubdtype(arr.dtype, np.floating) or not np.isfinite(arr).all():
+            raise _Broken(f"shape: {where} should hold finite floating-point numbers, got "
+                          f"dtype {arr.dtype}")
+        return arr.astype(np.float64)
+
+    try:
+        for n, d in ((5, 4), (1, 2), (7, 10)):
+            table(n, d)
+        pe = table(6, 8)
+        even, odd = pe[0, 0::2], pe[0, 1::2]
+        if np.abs(even).max() > 1e-12 or np.abs(odd - 1).max() > 1e-12:
+            if np.allclose(pe[:5], sinusoidal_positions(6, 8)[1:], atol=1e-9):
+                return ("position_zero: the rows of my_sinusoidal(6, 8) are the positions "
+                        "1, 2, ..., 6; the first row is position 0")
+            return ("sin_even_cos_odd: at position 0 a sine is 0 and a cosine 1, and "
+                    "row 0 of my_sinusoidal(6, 8) does not have the sines on the even "
+                    "features 0, 2, 4, ... and the cosines on the odd ones")
+        radius = pe[:, 0::2] ** 2 + pe[:, 1::2] ** 2
+        if np.abs(radius - 1).max() > 1e-9:
+            return ("pairs: in my_sinusoidal(6, 8) a pair of features (2i, 2i + 1) is "
+                    "not a sine and a cosine of one angle (sin^2 + cos^2 is not 1)")
+        freqs = sinusoidal_positions(2, 8)[1]                  # (for its angles only)
+        want = np.arctan2(freqs[0::2], freqs[1::2])
+        got = np.arctan2(pe[1, 0::2], pe[1, 1::2])
+        bad = np.flatnonzero(np.abs(np.angle(np.exp(1j * (got - want)))) > 1e-9)
+        if bad.size:
+            return (f"frequencies: in my_sinusoidal(6, 8), pair {int(bad[0])} (features "
+                    f"{2 * int(bad[0])}, {2 * int(bad[0]) + 1}) does not turn by "
+                    f"omega_i = base^(-2i/d) radians from one position to the next")
+        pe = table(12, 6)
+        for k in (1, 3):
+            dots = np.einsum("pd,pd->p", pe[:-k], pe[k:])
+            if np.ptp(dots) > 1e-9:
+                return (f"relative: in my_sinusoidal(12, 6), PE(p) . PE(p + {k}) changes "
+                        f"with p, so an offset is not one rotation for every position")
+        for base in (100.0, 10000.0):
+            for n, d in ((9, 6), (4, 12)):
+                pe = table(n, d, base)
+                if np.abs(pe - sinusoidal_positions(n, d, base=base)).max() > 1e-9:
+                    return (f"base: my_sinusoidal({n}, {d}, base={base:g}) does not use "
+                            f"the frequencies omega_i = base^(-2i/d) of that base")
+    except _Broken as broken:
+        return str(broken)
+    return None
+
+
+class _Broken(Exception):
+    """The reader's function could not be called or returned no table."""
+
+
+@exercise("ex-positions-your-sinusoidal")
+def your_sinusoidal(fn) -> Verdict:
+    """The reader's ``my_sinusoidal(n, d, base=10000.0)``, checked property by property:
+    the table's shape, sines on the even features and cosines on the odd ones, each pair one
+    angle, the frequencies, the relative-position property, the base."""
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_sinusoidal(n, d, base=10000.0), got "
+                              f"{type(fn).__name__}")
+    failure = _sinusoidal_failure(fn)
+    if failure is None:
+        return Verdict(True, "The table has the shape, the sines and cosines, the "
+                             "frequencies and the base of the definition, and an offset "
+                             "moves every position by the same rotation.")
+    return Verdict(False, failure + ".")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -106,3 +107,18 @@ def convert(convert_columns) -> Verdict:
                           f"to {gap:.2g}. Reorder within each head of width d: the features "
                           f"a pair of the interleaved convention rotates together must land "
                           f"where ac.rope rotates them together.")
+
+
+@exercise("ex-rope-your-rope")
+def your_rope(fn: Any) -> Verdict:
+    """A reader-written ``my_rope(x, positions, base=10000.0)``, put through
+    :func:`attncore.testing.check_rope`."""
+    from ...testing import check_rope
+    from .scaled_dot_product_attention import verdict_from_report
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_rope(x, positions, base=10000.0), "
+                              f"got {type(fn).__name__}")
+    return verdict_from_report(check_rope(fn),
+                               "from attncore.testing import check_rope; "
+                               "print(check_rope(my_rope))", "Your RoPE")

@@ -113,6 +113,35 @@ def prefer_each_other(x: Any, w_q: Any, w_k: Any) -> Verdict:
                           "more towards the other token's key than towards its own.")
 
 
+def verdict_from_report(report: Any, check_call: str, what: str) -> Verdict:
+    """A :class:`Verdict` from a conformance check's report: the failing properties by name,
+    one line per cause (an error that makes several properties fail is one cause, named
+    with the others it breaks), and ``check_call``, the line that prints the whole report.
+    The report's lines name properties and small inputs, never the right output."""
+    if report.passed:
+        checked = sum(r.passed for r in report.results)
+        return Verdict(True, f"{what} has all {checked} properties the course checks.")
+    failed = [r for r in report.results if r.status == "failed"]
+    causes = [r for r in failed if not r.detail.startswith("fails with the same error")]
+    names = ", ".join(r.name for r in failed)
+    if len(causes) == 1 and len(failed) > 1:
+        head = f"one cause makes {len(failed)} properties fail ({names})."
+    else:
+        head = f"{len(failed)} of the properties failed ({names})."
+    details = []
+    for r in causes[:3]:
+        also = [f.name for f in failed
+                if f.detail.startswith(f"fails with the same error as {r.name} ")]
+        line = f"{r.name}: {r.detail}"
+        if also:
+            line += f" (the same error breaks {', '.join(also)})"
+        details.append(line)
+    if len(causes) > 3:
+        details.append(f"and {len(causes) - 3} more.")
+    details.append(f"The small input each one failed on: {check_call}")
+    return Verdict(False, head, tuple(details))
+
+
 @exercise("ex-sdpa-your-attention")
 def your_attention(fn: Any) -> Verdict:
     """A reader-written ``my_attention(q, k, v, mask=None, causal=False)``, put through the
@@ -122,12 +151,11 @@ def your_attention(fn: Any) -> Verdict:
     if not callable(fn):
         return Verdict(False, f"expected a function my_attention(q, k, v, mask=None, "
                               f"causal=False), got {type(fn).__name__}")
-    report = check_attention(fn)
-    if report.passed:
-        checked = sum(r.passed for r in report.results)       # (dropout: not declared)
-        return Verdict(True, f"your function has all {checked} properties the "
-                             "course checks, including agreement with PyTorch's attention.")
-    failed = report.failed
-    return Verdict(False, f"{len(failed)} of the properties failed ({', '.join(failed)}). "
-                          "print(ac.testing.check_attention(my_attention)) shows the small "
-                          "input each one failed on.")
+    verdict = verdict_from_report(
+        check_attention(fn),
+        "from attncore.testing import check_attention; "
+        "print(check_attention(my_attention))", "Your function")
+    if verdict.correct:
+        return Verdict(True, verdict.message[:-1] + ", including agreement with "
+                                                    "PyTorch's attention.")
+    return verdict
