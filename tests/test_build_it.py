@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")
                   if not p.stem.endswith("_going_further") and not p.name.startswith("00_"))
-CHECK = re.compile(r"""check_exercise\(\s*["']([\w-]+)["']\s*,\s*(my_\w+)""")
+CHECK = re.compile(r"""check_exercise\(\s*["']([\w-]+)["']\s*,\s*([A-Za-z_]\w*)""")
 
 
 def build_it_exercises(nb: Path) -> list[str]:
