@@ -9,12 +9,22 @@ named for what it checks:
 
 * :func:`check_attention` (:mod:`attncore.testing.attention`): scaled dot-product
   attention with masks, ``fn(q, k, v, mask=None, causal=False)``.
+* :func:`check_merge` (:mod:`attncore.testing.merge`): ring attention's step, two partial
+  attention results over disjoint key blocks merged, ``fn(out_a, lse_a, out_b, lse_b)``.
+* :func:`check_window_mask` (:mod:`attncore.testing.window_mask`): a sliding-window mask
+  with sink tokens, ``fn(n, window, sinks)``.
+* :func:`check_delta_step` (:mod:`attncore.testing.delta_step`): one step of the gated
+  delta rule, ``fn(S, q, k, v, g, beta) -> (o, S_new)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
+from .delta_step import check_delta_step
+from .merge import check_merge
 from .report import CheckReport, PropertyResult
+from .window_mask import check_window_mask
 
-__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention"]
+__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
+           "check_delta_step", "check_merge", "check_window_mask"]
