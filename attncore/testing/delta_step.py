@@ -39,8 +39,6 @@ __all__ = ["PROPERTIES", "check_delta_step"]
 PROPERTIES = {
     "returns_pair": "returns a pair (o, S_new) of finite arrays of shapes (d_v,) and "
                     "(d_v, d_k) for one head, with d_k != d_v",
-    "preserves_dtype": "float32 inputs give float32 outputs, float64 ones float64, and "
-                       "the same numbers to the precision of the dtype",
     "inputs_unchanged": "leaves S, q, k and v as they were",
     "zero_strength_only_forgets": "with beta = 0 nothing is written: S_new = g S",
     "reads_back_the_value": "with beta = 1 and a unit key, the new memory returns v for "
@@ -51,6 +49,8 @@ PROPERTIES = {
     "output_reads_new_memory": "o = S_new q, the memory after the write",
     "matches_reference": "agrees with attncore.gated_delta_rule_step on random inputs, "
                          "for several d_k, d_v, g and beta",
+    "preserves_dtype": "float32 inputs give float32 outputs, float64 ones float64, and "
+                       "the same numbers to the precision of the dtype",
     "batch_axes": "with batch axes (2, 3) and one g and beta per head (arrays of shape "
                   "(2, 3)), every head gets its own step",
 }

@@ -13,7 +13,7 @@ keeps the larger log-sum-exp::
     >>> def average(out_a, lse_a, out_b, lse_b):
     ...     return (out_a + out_b) / 2, np.maximum(lse_a, lse_b)
     >>> check_merge(average).failed[:2]
-    ['preserves_dtype', 'union_of_blocks']
+    ['union_of_blocks', 'order_free']
 
 **The calling convention.** Your function is called as ``fn(out_a, lse_a, out_b, lse_b)``
 with ``out_a``, ``out_b`` of shape ``(n_q, d_v)`` (attention over key blocks A and B,
@@ -41,14 +41,14 @@ __all__ = ["PROPERTIES", "check_merge"]
 PROPERTIES = {
     "returns_pair": "returns a pair (out, lse) of finite arrays of shapes (n_q, d_v) and "
                     "(n_q,)",
-    "preserves_dtype": "float32 inputs give float32 outputs, float64 ones float64, and "
-                       "the same numbers to the precision of the dtype",
     "inputs_unchanged": "leaves out_a, lse_a, out_b and lse_b as they were",
     "union_of_blocks": "the merge of the partials over two disjoint key blocks is "
                        "attention over all their keys, output and log-sum-exp, for "
                        "blocks of equal and of very unequal size and score",
     "order_free": "merging (a, b) and (b, a) gives the same result, and merging three "
                   "blocks in either grouping gives attention over all three",
+    "preserves_dtype": "float32 inputs give float32 outputs, float64 ones float64, and "
+                       "the same numbers to the precision of the dtype",
     "large_scores": "scores far beyond the range of exp (log-sum-exps near 1000; "
                     "float64's exp overflows above 709) give finite, right results",
     "empty_block": "a query none of whose keys is in one block (lse = -inf, output row "
