@@ -38,8 +38,8 @@ _ROW_LSE = """import triton
 import triton.language as tl
 
 @triton.jit
-def row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
-                   BLOCK_C: tl.constexpr):
+def my_row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
+                      BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_R], tl.float32)
@@ -370,10 +370,10 @@ ANSWERS: dict[str, Answers] = {
         wrong={"my_window_mask": _WINDOW_MASK.format(edge="i - window <= j")}),  # W + 1 keys
     # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
-        right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+        right={"my_row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other='float("-inf")')},
         # masked columns read as 0, which the sum counts as exp(0 - m), instead of -inf
-        wrong={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+        wrong={"my_row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other="0.0")}),
     "ex-kernel-causal-tiles": Answers(right={"my_pairs": "272"},
                                       wrong={"my_pairs": "256"}),   # half of all 512 pairs
