@@ -73,8 +73,8 @@ _ROW_LSE = """import triton
 import triton.language as tl
 
 @triton.jit
-def row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
-                   BLOCK_C: tl.constexpr):
+def my_row_lse_kernel(X, LSE, n_rows, n_cols, BLOCK_R: tl.constexpr,
+                      BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     m = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_R], tl.float32)
@@ -114,6 +114,30 @@ _CHANNEL_GATED = """def my_channel_gated(q, k, v, alpha, beta):
         S = {write} + beta[t] * np.outer(v[t] - S @ k[t], k[t])
         out.append(S @ q[t])
     return np.array(out)"""
+
+# Chapter 14's merge of two partial attention results; the right answer shifts by a finite
+# log-sum-exp (0 where a query saw no key in either block), the wrong one by -inf there.
+_MERGE = """def my_merge(out_a, lse_a, out_b, lse_b):
+    lse = np.logaddexp(lse_a, lse_b)
+    shift = {shift}
+    w_a = np.exp(lse_a - shift)[:, None]
+    w_b = np.exp(lse_b - shift)[:, None]
+    return w_a * out_a + w_b * out_b, lse"""
+
+# Chapter 18's sliding-window mask with sink tokens, with the window's edge as a slot.
+_WINDOW_MASK = """def my_window_mask(n, window, sinks):
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    return (j <= i) & (({edge}) | (j < sinks))"""
+
+# Chapter 19's step of the gated delta rule, with where the gate acts as a slot.
+_DELTA_STEP = """def my_delta_step(S, q, k, v, g, beta):
+    g = np.asarray(g)[..., None, None]
+    beta = np.asarray(beta)[..., None]
+    old = {old}
+    u = beta * (v - np.einsum("...ij,...j->...i", old, k))
+    new = {new} + u[..., :, None] * k[..., None, :]
+    return np.einsum("...ij,...j->...i", new, q), new"""
 
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
@@ -343,6 +367,10 @@ ANSWERS: dict[str, Answers] = {
     "ex-beyond-antithetic": Answers(
         right={"my_variance": "math.e * math.exp(-2.5) * (math.exp(2.5) - 1) ** 2 / 64"},
         wrong={"my_variance": "0.4750"}),            # 64 independent features
+    "ex-beyond-merge": Answers(
+        right={"my_merge": _MERGE.format(shift="np.where(np.isfinite(lse), lse, 0.0)")},
+        # shifting by lse itself: a query with no key in either block gets -inf - -inf
+        wrong={"my_merge": _MERGE.format(shift="lse")}),
     # --- chapter 19, gates and the delta rule (19_gates_and_the_delta_rule.ipynb) ------------
     "ex-delta-forgetting": Answers(right={"my_writes": "math.log(0.5) / math.log(15 / 16)"},
                                    wrong={"my_writes": "16 * math.log(2)"}),   # large-d limit
@@ -354,6 +382,11 @@ ANSWERS: dict[str, Answers] = {
                                      # the gate applied after the erase, not before it
                                      wrong={"my_channel_gated": _CHANNEL_GATED.format(
                                          gated="S", write="S * alpha[t]")}),
+    "ex-delta-step": Answers(right={"my_delta_step": _DELTA_STEP.format(old="g * S",
+                                                                       new="old")},
+                             # the gate applied after the read: the write erases S k, not g S k
+                             wrong={"my_delta_step": _DELTA_STEP.format(old="S",
+                                                                        new="g * old")}),
     # --- chapter 16, caches in serving (16_caches_in_serving.ipynb) -------------------------
     "ex-llms-left-padding": Answers(
         right={"my_new_positions": "[2, 5, 3]",
@@ -379,12 +412,15 @@ ANSWERS: dict[str, Answers] = {
     "ex-windows-sink-logit": Answers(
         right={"my_sink": "np.log(np.exp([2.0, 1.0, 0.5, -1.0]).sum()) + np.log(3)"},
         wrong={"my_sink": "np.log(np.exp([2.0, 1.0, 0.5, -1.0]).sum())"}),  # half
+    "ex-windows-mask": Answers(
+        right={"my_window_mask": _WINDOW_MASK.format(edge="i - window < j")},
+        wrong={"my_window_mask": _WINDOW_MASK.format(edge="i - window <= j")}),  # W + 1 keys
     # --- chapter 15, the kernel itself (15_the_kernel_itself.ipynb) -----------------------
     "ex-kernel-row-lse": Answers(
-        right={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+        right={"my_row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other='float("-inf")')},
         # masked columns read as 0, which the sum counts as exp(0 - m), instead of -inf
-        wrong={"row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
+        wrong={"my_row_lse_kernel": _ROW_LSE.format(mask="cols[None, :] < n_cols",
                                                  other="0.0")}),
     "ex-kernel-causal-tiles": Answers(right={"my_pairs": "272"},
                                       wrong={"my_pairs": "256"}),   # half of all 512 pairs

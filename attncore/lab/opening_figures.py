@@ -654,7 +654,8 @@ def memory_that_only_adds() -> Any:
     Left, what one head holds per layer as the context grows, for heads of width 128:
     the KV cache of softmax attention (``2 n d`` numbers) against the ``d x d`` state of
     linear attention and of the delta rule. Right, associative recall in ``R^16``
-    (:func:`attncore.lab.recall.recall_task`, 10 seeds): ``n`` pairs are written one per
+    (:func:`attncore.lab.recall.recall_task`, the 20 seeds of the chapter's table): ``n``
+    pairs are written one per
     token and the newest 4 are asked; the state that only adds
     (:func:`~attncore.gated_delta_rule` with ``erase=False``) against the delta rule
     (``erase=True``), both with ``g = beta = 1``, and softmax attention over the whole
@@ -677,7 +678,7 @@ def memory_that_only_adds() -> Any:
     axes[0].set_ylabel("thousands of numbers")
     axes[0].set_title(f"one head's memory, d = {d}")
     axes[0].legend()
-    sizes, newest, seeds = (4, 8, 16, 32, 64, 128, 256), 4, range(10)
+    sizes, newest, seeds = (4, 8, 16, 32, 64, 128, 256), 4, range(20)
     curves = {"softmax, whole cache": [], "adds only": [], "delta rule": []}
     for n in sizes:
         accs = {name: [] for name in curves}

@@ -13,6 +13,12 @@ named for what it checks:
   pass of a multi-head layer, ``fn(x, w_q, w_k, w_v, w_o, num_heads, causal=False)``.
 * :func:`check_rope` (:mod:`attncore.testing.rope`): rotary position embeddings,
   ``fn(x, positions, base=10000.0)``.
+* :func:`check_merge` (:mod:`attncore.testing.merge`): ring attention's step, two partial
+  attention results over disjoint key blocks merged, ``fn(out_a, lse_a, out_b, lse_b)``.
+* :func:`check_window_mask` (:mod:`attncore.testing.window_mask`): a sliding-window mask
+  with sink tokens, ``fn(n, window, sinks)``.
+* :func:`check_delta_step` (:mod:`attncore.testing.delta_step`): one step of the gated
+  delta rule, ``fn(S, q, k, v, g, beta) -> (o, S_new)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
@@ -21,7 +27,11 @@ What the checks share (calling your function safely, the report) is in
 from .attention import PROPERTIES, AttentionCheck, check_attention
 from .multi_head import check_multi_head_attention
 from .rope import check_rope
+from .delta_step import check_delta_step
+from .merge import check_merge
 from .report import CheckReport, PropertyResult
+from .window_mask import check_window_mask
 
 __all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
-           "check_multi_head_attention", "check_rope"]
+           "check_multi_head_attention", "check_rope",
+           "check_delta_step", "check_merge", "check_window_mask"]

@@ -28,7 +28,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Verdict", "check_exercise", "exercise", "registered_exercises"]
+__all__ = ["Verdict", "check_exercise", "exercise", "registered_exercises", "report_verdict"]
 
 NOT_ANSWERED = "Not answered yet: replace None with your answer, then run this cell again."
 WIDTH = 80
@@ -121,3 +121,21 @@ def check_exercise(label: str, *answers: Any) -> None:
     print(textwrap.fill(f"{head} {verdict.message}".rstrip(), WIDTH))
     for line in verdict.details:
         print(textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    "))
+
+
+def report_verdict(report: Any, call: str, praise: str) -> Verdict:
+    """The verdict on a build-it exercise from its conformance check's report.
+
+    ``report`` is an :class:`attncore.testing.CheckReport`, ``call`` the expression that
+    prints it in full (``"ac.testing.check_merge(my_merge)"``), ``praise`` the message when
+    every property holds. A failure names the failed properties, and the first one's
+    finding and input (a report never holds the right answer's values).
+    """
+    if report.passed:
+        return Verdict(True, praise)
+    first = report[report.failed[0]]
+    details = (f"{first.name}: {first.detail}",) + ((f"on {first.input}",) if first.input
+                                                    else ())
+    return Verdict(False, f"{len(report.failed)} of {len(report.results)} properties "
+                          f"failed ({', '.join(report.failed)}); print({call}) shows "
+                          f"each one.", details)

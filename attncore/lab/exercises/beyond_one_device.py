@@ -1,6 +1,7 @@
 """Checkers for the exercises of chapter 14, beyond one device and beyond softmax.
 
-Each checker recomputes what it compares with: the load imbalance by counting the causal
+Each checker recomputes what it compares with: the reader's merge of two partial
+attention results, put through :func:`attncore.testing.check_merge`; the load imbalance by counting the causal
 blocks chunk by chunk, the bytes of ring attention and Ulysses with grouped-query attention
 by counting what each rank sends, and the variance of antithetic random features from
 the moments of a Gaussian. Hints point at the method, never at the number.
@@ -9,8 +10,9 @@ the moments of a Gaussian. Hints point at the method, never at the number.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from . import Verdict, exercise, real_answer
+from . import Verdict, exercise, real_answer, report_verdict
 
 # ex-beyond-gqa-bytes: query heads, key/value heads, ranks (the width, the length and
 # the bytes per number cancel in the ratio, and are given only to count with)
@@ -103,3 +105,18 @@ def antithetic_variance(var) -> Verdict:
     return Verdict(False, "average the two products of a pair first: it is a hyperbolic "
                           "cosine of a Gaussian; use E[exp(t Z)] = exp(t^2 / 2) for its "
                           "mean and its square.")
+
+
+@exercise("ex-beyond-merge")
+def merge(fn: Any) -> Verdict:
+    """A reader-written ``my_merge(out_a, lse_a, out_b, lse_b)``, put through
+    :func:`attncore.testing.check_merge` on fresh blocks of keys."""
+    from ...testing import check_merge
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_merge(out_a, lse_a, out_b, lse_b): "
+                              f"replace the line my_merge = None with a def, got "
+                              f"{type(fn).__name__}")
+    return report_verdict(check_merge(fn), "ac.testing.check_merge(my_merge)",
+                          "Your merge is attention over the union of the blocks, in "
+                          "any order, with huge scores and with empty blocks.")

@@ -1,6 +1,7 @@
 """Checkers for the exercises of chapter 19, gates and the delta rule.
 
-Each checker recomputes what it compares with: the delta rule's implicit forgetting from
+Each checker recomputes what it compares with: the reader's step of the gated delta rule,
+put through :func:`attncore.testing.check_delta_step`; the delta rule's implicit forgetting from
 the expected projection ``E[I - k k^T] = (1 - 1/d) I``, the break-even length of a hybrid
 from the sizes of its states and of its KV cache, and a layer with one gate per key
 channel from its recurrence, written out here, on seeded random inputs. Hints point at
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Verdict, exercise, real_answer
+from . import Verdict, exercise, real_answer, report_verdict
 
 # ex-delta-forgetting: the width of the memory, and the fraction of the mean left.
 FORGET_D, FORGET_FRACTION = 16, 0.5
@@ -122,3 +123,19 @@ def channel_gate(fn: Any) -> Verdict:
             return Verdict(False, "S Diag(alpha) scales the columns of S, one per key "
                                   "channel; then read S k_t and write the correction.")
     return Verdict(True, "each channel of the key now forgets at its own rate.")
+
+
+@exercise("ex-delta-step")
+def delta_step(fn: Any) -> Verdict:
+    """A reader-written ``my_delta_step(S, q, k, v, g, beta)``, put through
+    :func:`attncore.testing.check_delta_step` on fresh inputs."""
+    from ...testing import check_delta_step
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_delta_step(S, q, k, v, g, beta): "
+                              f"replace the line my_delta_step = None with a def, got "
+                              f"{type(fn).__name__}")
+    return report_verdict(check_delta_step(fn), "ac.testing.check_delta_step("
+                                                "my_delta_step)",
+                          "Your step gates the old memory, reads it along k, writes "
+                          "the correction, and does so for every head at once.")

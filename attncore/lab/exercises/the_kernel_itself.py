@@ -36,7 +36,8 @@ def row_lse(kernel) -> Verdict:
     from ... import triton as attn_triton
 
     if not hasattr(kernel, "run") and not hasattr(kernel, "fn"):
-        raise TypeError("row_lse_kernel should be a kernel decorated with @triton.jit, got "
+        raise TypeError("my_row_lse_kernel should be a kernel decorated with @triton.jit, "
+                        "got "
                         f"{type(kernel).__name__}")
     device = "cpu" if attn_triton.interpreting() else "cuda"
     gen = torch.Generator().manual_seed(14)

@@ -1,8 +1,10 @@
 """Checkers for the exercises of chapter 18, windows, sinks and learned sparsity.
 
-Each checker recomputes what it compares with: how far back information can travel
-through a stack of sliding-window layers, and the sink logit that leaves a given share of
-a row's weight to its keys. Hints point at the method, never at the number.
+Each checker recomputes what it compares with: the reader's sliding-window mask with sink
+tokens, put through :func:`attncore.testing.check_window_mask`; how far back information
+can travel through a stack of sliding-window layers; and the sink logit that leaves a
+given share of a row's weight to its keys. Hints point at the method, never at the
+answer.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from . import Verdict, exercise, real_answer
+from typing import Any
+
+from . import Verdict, exercise, real_answer, report_verdict
 
 # ex-windows-reach: a stack of sliding-window layers (Mistral 7B's sizes: Jiang et al.,
 # 2023, 32 layers with a window of 4096)
@@ -63,13 +67,30 @@ def sink_logit(s) -> Verdict:
     """The sink logit that leaves a quarter of the row's weight to its four keys."""
     got = real_answer("my_sink", s)
     want = sink_logit_for(SINK_SCORES, SINK_KEPT)
-    if abs(got - want) <= 1e-6 * max(1.0, abs(want)):
+    # a hand answer to four decimals is right: 1e-4 of the logit, about 3.6e-4
+    if abs(got - want) <= 1e-4 * max(1.0, abs(want)):
         return Verdict(True, "The sink's weight is a logistic function of the sink logit "
                              "minus the keys' log-sum-exp.")
     top = max(SINK_SCORES)
     lse = top + math.log(sum(math.exp(x - top) for x in SINK_SCORES))
-    if abs(got - lse) < 1e-6:
+    if abs(got - lse) < 1e-4 * max(1.0, abs(lse)):
         return Verdict(False, "With that logit the sink takes half of the weight; it "
                               "should take three quarters.")
     return Verdict(False, "Write the share of the keys as exp(lse) / (exp(lse) + exp(s)), "
                           "with lse the log-sum-exp of the four scores, and solve for s.")
+
+
+@exercise("ex-windows-mask")
+def window_mask(fn: Any) -> Verdict:
+    """A reader-written ``my_window_mask(n, window, sinks)``, put through
+    :func:`attncore.testing.check_window_mask` on every small size."""
+    from ...testing import check_window_mask
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_window_mask(n, window, sinks): "
+                              f"replace the line my_window_mask = None with a def, got "
+                              f"{type(fn).__name__}")
+    return report_verdict(check_window_mask(fn), "ac.testing.check_window_mask("
+                                                 "my_window_mask)",
+                          "Your mask is the window with its sinks for every n up to 9, "
+                          "every window and every number of sinks.")
