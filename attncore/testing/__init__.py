@@ -9,6 +9,8 @@ named for what it checks:
 
 * :func:`check_attention` (:mod:`attncore.testing.attention`): scaled dot-product
   attention with masks, ``fn(q, k, v, mask=None, causal=False)``.
+* :func:`check_softmax` (:mod:`attncore.testing.softmax`): a softmax along one axis,
+  ``fn(x, axis=-1)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
@@ -16,5 +18,7 @@ What the checks share (calling your function safely, the report) is in
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
 from .report import CheckReport, PropertyResult
+from .softmax import check_softmax
 
-__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention"]
+__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
+           "check_softmax"]
