@@ -31,7 +31,7 @@ def via_torch(x, axis=-1):
     return np.nan_to_num(p, nan=0.0)
 
 
-# --- the classic mistakes, each broken in one way ----------------------------------------------
+# --- the classic mistakes, each broken in one way -------------------------------------------
 
 def no_max_subtraction(x, axis=-1):
     e = np.exp(x)

@@ -71,7 +71,8 @@ SIGNATURE = "fn(x, axis=-1)"
 @dataclass(frozen=True)
 class SoftmaxCheck(CheckReport):
     """The report of :func:`check_softmax`: one result per property of
-    :data:`PROPERTIES` (see :class:`~attncore.testing.report.CheckReport`)."""
+    :data:`~attncore.testing.softmax.PROPERTIES` (see
+    :class:`~attncore.testing.report.CheckReport`)."""
 
     check: str = "check_softmax"
 
@@ -92,8 +93,9 @@ def check_softmax(fn: Callable[..., Any], *, seed: int = 0) -> SoftmaxCheck:
     -------
     SoftmaxCheck
         ``.passed``, ``.failed`` (names), ``.results`` (one per property of
-        :data:`PROPERTIES`) and a printable summary that names, for each failure, what
-        went wrong and the small input it went wrong on, never the right output.
+        :data:`~attncore.testing.softmax.PROPERTIES`) and a printable summary that names,
+        for each failure, what went wrong and the small input it went wrong on, never the
+        right output.
 
     Raises
     ------
