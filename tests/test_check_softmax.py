@@ -94,6 +94,12 @@ def test_each_mistake_is_caught_by_the_property_it_breaks(fn, broken):
     assert set(report.failed) == broken, str(report)
 
 
+def test_a_float64_result_says_why():
+    detail = check_softmax(float64_upcast)["preserves_dtype"].detail
+    assert "expected dtype float32" in detail and "got float64" in detail
+    assert "turns a float32 result into float64" in detail
+
+
 def test_wrong_axis_is_caught():
     report = check_softmax(fixed_axis)
     assert {"sums_to_one", "matches_reference", "shift_invariance"} <= set(report.failed)

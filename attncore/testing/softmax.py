@@ -208,7 +208,15 @@ class _Runner:
         for dtype in ("float64", "float32"):
             for i, (shape, axis) in enumerate(_CASES[:6]):
                 x = self.logits(shape, offset=20 + i, dtype=dtype)
-                p, where = self.call(x, axis, dtype=dtype)
+                try:
+                    p, where = self.call(x, axis, dtype=dtype)
+                except Failure as failure:
+                    if "expected dtype" not in failure.detail:
+                        raise
+                    raise Failure(failure.detail + "; one float64 array or NumPy float64 "
+                                  "number in the arithmetic (np.asarray(x, dtype=float), "
+                                  "np.float64(...)) turns a float32 result into float64",
+                                  failure.input) from None
                 if dtype == "float32":
                     wide, _ = self.call(x.astype(np.float64), axis)
                     error = np.abs(p - wide)
