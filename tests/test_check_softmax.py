@@ -152,7 +152,7 @@ def test_report_never_prints_the_right_answer():
                     shown = f"{value:.{digits}f}"
                     if shown not in ("0.000", "1.000", "0.0000", "1.0000"):
                         assert shown not in text
-        assert "array(" not in text and "[0." not in text
+        assert "array([" not in text and "[0." not in text
 
 
 def test_report_lines_fit():
