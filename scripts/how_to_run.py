@@ -76,9 +76,11 @@ one exception: the cells that time code or measure its memory. Those report the 
 ran them (in the stored outputs, the machine that built the course), so their numbers change
 from machine to machine and from run to run; the website marks each of them as measured on
 the machine that built the page, and the chapters draw from them only conclusions that hold on
-any machine. Everything else comes out the same everywhere. That is why the chapters seed
-every random draw and print numbers at a stated precision, or print a comparison
-(`error < 1e-12: True`) instead of the raw error, whose last digits depend on the machine."""
+any machine. Everything else comes out the same everywhere, with the versions of the
+packages that the course installs; with other versions (of torch, say) a few printed lines
+can differ. That is why the chapters seed every random draw and print numbers at a stated
+precision, or print a comparison (`error < 1e-12: True`) instead of the raw error, whose
+last digits depend on the machine."""
 
 
 def cell_text(repository: str) -> str:

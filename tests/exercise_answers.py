@@ -149,6 +149,21 @@ ANSWERS: dict[str, Answers] = {
     "ex-what-attention-shapes": Answers(
         right={"my_shape_S": "(5, 7)", "my_shape_A": "(5, 7)", "my_shape_out": "(5, 12)"},
         wrong={"my_shape_S": "(7, 5)", "my_shape_A": "(7, 5)"}),
+    "ex-what-attention-lookup": Answers(
+        right={"my_lookup": """def my_lookup(q, keys, values):
+    scores = keys @ q / np.sqrt(q.shape[0])
+    return ac.softmax(scores) @ values"""},
+        # the hard lookup: only the best key's value
+        wrong={"my_lookup": """def my_lookup(q, keys, values):
+    return values[np.argmax(keys @ q)]"""}),
+    "ex-what-attention-all-queries": Answers(
+        right={"my_attention_rows": """def my_attention_rows(Q, K, V):
+    S = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    return ac.softmax(S, axis=-1) @ V"""},
+        # K.T reverses every axis: right without batch axes only
+        wrong={"my_attention_rows": """def my_attention_rows(Q, K, V):
+    S = Q @ K.T / np.sqrt(Q.shape[-1])
+    return ac.softmax(S, axis=-1) @ V"""}),
     # --- chapter 2, why attention divides by sqrt(d_k) (02_why_sqrt_dk.ipynb) -------------
     "ex-sqrt-dk-threshold": Answers(right={"my_threshold_d_k": "448"},
                                     wrong={"my_threshold_d_k": "384"}),
@@ -160,6 +175,16 @@ ANSWERS: dict[str, Answers] = {
     "ex-sqrt-dk-kdim": Answers(right={"my_scaled_score_var": "2 / 3"},
                                # the stacked in-projection's 1/4
                                wrong={"my_scaled_score_var": "0.25"}),
+    "ex-sqrt-dk-stable-softmax": Answers(
+        right={"my_softmax": """def my_softmax(x, axis=-1):
+    m = x.max(axis=axis, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0))
+    total = e.sum(axis=axis, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)"""},
+        # no max subtracted: exp overflows
+        wrong={"my_softmax": """def my_softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)"""}),
     # --- end of chapter 2 -----------------------------------------------------------------
     # --- chapter 3 (03_matmul_views) and chapter 4 (04_scaled_dot_product_attention) ---
     "ex-matmul-views-row-weights": Answers(
@@ -172,6 +197,15 @@ ANSWERS: dict[str, Answers] = {
     "ex-matmul-views-causal": Answers(
         right={"z3_depends_on": "[1, 2, 3]", "v5_reaches": "[5]"},
         wrong={"v5_reaches": "[1, 2, 3, 4, 5]"}),
+    "ex-matmul-views-outer": Answers(
+        right={"my_matmul_outer": """def my_matmul_outer(A, B):
+    C = np.zeros(A.shape[:-1] + B.shape[-1:], dtype=A.dtype)
+    for t in range(A.shape[-1]):
+        C += A[..., :, t, None] * B[..., None, t, :]
+    return C"""},
+        # np.outer flattens its arguments: right without batch axes only
+        wrong={"my_matmul_outer": """def my_matmul_outer(A, B):
+    return sum(np.outer(A[:, t], B[t, :]) for t in range(A.shape[1]))"""}),
     "ex-sdpa-tied-scores": Answers(right={"my_widths": "[3, 2, None, None]"},
                                    # (c) judged by its symmetry alone
                                    wrong={"my_widths": "[3, 2, 3, None]"}),

@@ -11,7 +11,7 @@ import pytest
 MODULES = ["attncore._backend", "attncore._guard", "attncore.attention", "attncore.backward",
            "attncore.distributed", "attncore.linear_attention",
            "attncore.kvcache", "attncore.masks", "attncore.matmul_views", "attncore.multihead",
-           "attncore.softmax", "attncore.online_softmax", "attncore.testing", "attncore.testing.attention", "attncore.tiled",
+           "attncore.softmax", "attncore.online_softmax", "attncore.testing", "attncore.testing.attention", "attncore.testing.softmax", "attncore.tiled",
            "attncore.paged", "attncore.quantized_cache", "attncore.mla",
            "attncore.speculative", "attncore.window_cache", "attncore.delta_rule",
            "attncore.sparse_attention", "attncore.layers"]

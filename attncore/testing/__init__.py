@@ -19,19 +19,22 @@ named for what it checks:
   with sink tokens, ``fn(n, window, sinks)``.
 * :func:`check_delta_step` (:mod:`attncore.testing.delta_step`): one step of the gated
   delta rule, ``fn(S, q, k, v, g, beta) -> (o, S_new)``.
+* :func:`check_softmax` (:mod:`attncore.testing.softmax`): a softmax along one axis,
+  ``fn(x, axis=-1)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
-from .multi_head import check_multi_head_attention
-from .rope import check_rope
 from .delta_step import check_delta_step
 from .merge import check_merge
+from .multi_head import check_multi_head_attention
 from .report import CheckReport, PropertyResult
+from .rope import check_rope
+from .softmax import check_softmax
 from .window_mask import check_window_mask
 
 __all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
-           "check_multi_head_attention", "check_rope",
-           "check_delta_step", "check_merge", "check_window_mask"]
+           "check_delta_step", "check_merge", "check_multi_head_attention", "check_rope",
+           "check_softmax", "check_window_mask"]

@@ -14,6 +14,7 @@ from ...attention import scaled_dot_product_attention
 from ..examples import five_word_example, small_product
 from ..view_figures import matmul_flops
 from . import Verdict, exercise
+from ._build_it import Failure, describe, invoke, judge
 
 
 def _as_vector(answer: Any, length: int, what: str) -> np.ndarray | Verdict:
@@ -139,3 +140,136 @@ def causal_reach(z3_depends_on: Any, v5_reaches: Any) -> Verdict:
         return Verdict(True, "A causal A is lower triangular; its rows and columns say it.",
                        details)
     return Verdict(False, "see each part below.", details)
+
+
+# --- build it: the outer-product view, with batch axes ---------------------------------------
+
+OUTER_SIGNATURE = "my_matmul_outer(A, B)"
+# (batch axes, m, p, n): non-square, p = 1, one and two batch axes
+OUTER_SIZES = (((), 3, 4, 2), ((), 2, 1, 5), ((), 1, 3, 1), ((2,), 3, 4, 2),
+               ((2, 3), 4, 2, 5))
+
+# The products that compute all of A @ B at once: refused while the inner axis is longer
+# than 1 (a column times a row, inner length 1, is an outer product and allowed).
+_WHOLE_PRODUCTS = {"matmul", "dot", "vdot", "inner", "tensordot", "einsum", "multi_dot"}
+
+
+class _OneTermAtATime(np.ndarray):
+    """An array that refuses to be multiplied as a whole matrix product (``@``,
+    ``np.dot``, ``np.matmul``, ``np.einsum``, ``np.tensordot``, ...) over an inner axis longer
+    than 1, and otherwise behaves as a plain array (what it computes is a plain array)."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(x) if isinstance(x, _OneTermAtATime) else x for x in inputs]
+        if ufunc is np.matmul and method == "__call__":
+            _refuse_inner(plain[0])
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(x) if isinstance(x, _OneTermAtATime) else x
+                                  for x in kwargs["out"])
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in _WHOLE_PRODUCTS:
+            first = args[0] if func.__name__ != "einsum" else args[1]
+            _refuse_inner(np.asarray(first), einsum=args[0] if func.__name__ == "einsum"
+                          else None)
+        return super().__array_function__(func, types, args, kwargs)
+
+    def dot(self, other, *args, **kwargs):
+        _refuse_inner(np.asarray(self))
+        return np.asarray(self).dot(np.asarray(other), *args, **kwargs)
+
+
+class _WholeProduct(BaseException):
+    """(Not an Exception, so that the check's call of the learner's function, which
+    reports every Exception as a failure, lets it through to this property.)"""
+
+
+def _refuse_inner(first: np.ndarray, einsum: Any = None) -> None:
+    if einsum is not None:
+        text = einsum if isinstance(einsum, str) else ""
+        ins, _, out = text.partition("->")
+        summed = {c for c in ins if c.isalpha()} - set(out) if out else \
+            {c for c in ins if c.isalpha() and ins.count(c) > 1}
+        if summed:
+            raise _WholeProduct
+        return
+    if first.ndim and first.shape[-1] > 1:
+        raise _WholeProduct
+
+
+@exercise("ex-matmul-views-outer")
+def outer_products(fn) -> Verdict:
+    """A reader-written ``my_matmul_outer(A, B)``: ``A @ B`` for ``A`` of shape
+    ``(..., m, p)`` and ``B`` of shape ``(..., p, n)``, as a sum of p outer products,
+    keeping the dtype; checked property by property on fresh inputs."""
+
+    def draw(seed, batch, m, p, n, integers=False, dtype="float64"):
+        rng = np.random.default_rng([43, seed])
+        if integers:
+            return [rng.integers(-4, 5, batch + s).astype(dtype)
+                    for s in ((m, p), (p, n))]
+        return [rng.standard_normal(batch + s).astype(dtype) for s in ((m, p), (p, n))]
+
+    def run(a, b, dtype=None):
+        return invoke(fn, (a, b), signature=OUTER_SIGNATURE,
+                      shape=a.shape[:-1] + (b.shape[-1],), dtype=dtype,
+                      where=describe(A=a, B=b))
+
+    def output_shape():
+        for i, size in enumerate(OUTER_SIZES):
+            run(*draw(i, *size))
+
+    def exact_on_integers():
+        for i, size in enumerate(OUTER_SIZES):
+            a, b = draw(10 + i, *size, integers=True)
+            if not np.array_equal(run(a, b), a @ b):
+                raise Failure("on small whole numbers, where every order of the sums is "
+                              "exact, the result differs from A @ B",
+                              describe(A=a, B=b) + ", whole numbers from -4 to 4")
+
+    def matches_matmul():
+        for i, size in enumerate(OUTER_SIZES):
+            a, b = draw(20 + i, *size)
+            error = np.abs(run(a, b) - a @ b).max()
+            if error > 1e-12:
+                raise Failure(f"differs from A @ B by {error:.3g}", describe(A=a, B=b))
+
+    def sum_of_outer_products():
+        for i, size in enumerate(OUTER_SIZES):
+            a, b = draw(30 + i, *size)
+            where = describe(A=a, B=b)
+            try:
+                run(a.view(_OneTermAtATime), b.view(_OneTermAtATime))
+            except _WholeProduct:
+                raise Failure("the function multiplies A and B in one matrix product "
+                              "over their inner axis (@, np.matmul, np.dot, np.einsum or "
+                              "np.tensordot); the exercise asks for a sum of outer "
+                              "products, one column of A times one row of B at a time",
+                              where) from None
+            except Failure:                         # reported by the other properties
+                return
+
+    def keeps_dtype():
+        for dtype in ("float32", "float64"):
+            for i, size in enumerate(OUTER_SIZES[::2]):
+                a, b = draw(40 + i, *size, dtype=dtype)
+                run(a, b, dtype=dtype)
+
+    def inputs_unchanged():
+        a, b = draw(50, (2,), 3, 4, 2)
+        given = [a.copy(), b.copy()]
+        with np.errstate(all="ignore"):
+            try:
+                fn(*given)
+            except Exception:                      # reported by the other properties
+                return
+        for name, before, after in zip("AB", (a, b), given):
+            if not np.array_equal(before, after):
+                raise Failure(f"the function changed its argument {name} in place",
+                              describe(A=a, B=b))
+
+    return judge(fn, OUTER_SIGNATURE, {
+        "output_shape": output_shape, "exact_on_integers": exact_on_integers,
+        "matches_matmul": matches_matmul, "sum_of_outer_products": sum_of_outer_products,
+        "keeps_dtype": keeps_dtype, "inputs_unchanged": inputs_unchanged})

@@ -179,3 +179,25 @@ def kdim(scaled_score_var) -> Verdict:
     return Verdict(False, "find the variance of one entry of each matrix from its shape "
                           "(fan-in and fan-out), then that of one query and one key component "
                           "(each a sum over its own input width), then apply the theorem.")
+
+
+# --- build it: a stable softmax --------------------------------------------------------------
+
+@exercise("ex-sqrt-dk-stable-softmax")
+def stable_softmax(fn) -> Verdict:
+    """A reader-written ``my_softmax(x, axis=-1)``, put through the course's softmax
+    properties (:func:`attncore.testing.check_softmax`)."""
+    from ...testing import check_softmax
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_softmax(x, axis=-1), got "
+                              f"{type(fn).__name__}; replace the line `= None` with a def.")
+    report = check_softmax(fn)
+    if report.passed:
+        return Verdict(True, f"Your softmax has all {len(report.results)} properties the "
+                             "course checks: finite at any scale, zeros for an all -inf "
+                             "slice, the dtype kept, along every axis.")
+    failed = report.failed
+    return Verdict(False, f"{len(failed)} of the {len(report.results)} properties failed "
+                          f"({', '.join(failed)}). print(check_softmax(my_softmax)) shows "
+                          "what went wrong and the small input it went wrong on.")
