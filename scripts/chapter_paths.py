@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 START = "<!-- where it fits -->"
 END = "<!-- end of where it fits -->"
 WIDTH = 95
-WAYS_LINK = f"[Ways through the book](../{study_time.PAGE})"
+WAYS_LINK = f"[ways through the book](../{study_time.PAGE})"
 NBSP = "\u0000"          # stands for a space inside a link while the line is wrapped
 
 
@@ -51,7 +51,8 @@ def _on(key: str, data: dict) -> str:
     tracks = [name for name, t in data["tracks"].items() if int(key) in t["chapters"]]
     parts = []
     if paths:
-        parts.append("on " + _and([f"the {p}" for p in paths]))
+        names = [p.removesuffix(" path") for p in paths]
+        parts.append(f"on the {_and(names)} path" + ("s" if len(names) > 1 else ""))
     if tracks:
         parts.append("in " + _and([f"the {t} track" for t in tracks]) + " (elective)")
     return "It is " + " and ".join(parts) if parts else "It is on no path"
@@ -77,7 +78,7 @@ def line(key: str, data: dict, nbs: dict[str, Path]) -> str:
                 + maths + f". {_on(key, data)}. "
                 + ("A first reading can skip it." if facts["skip"]
                    else "A first reading should not skip it."))
-    text += f" {WAYS_LINK} shows the paths, the tracks and the time each chapter takes."
+    text += f" See {WAYS_LINK}."
     # Wrap without breaking a link's words ("chapter 1" stays on one line).
     protected = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", NBSP), text)
     wrapped = textwrap.fill(protected, WIDTH, break_long_words=False, break_on_hyphens=False)
