@@ -170,15 +170,18 @@ def _take_solutions(article) -> list:
     return taken
 
 
-def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True) -> Path:
+def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
+             filename: str = "book.html") -> Path:
     """Write the printable page of the whole book; return its path. With ``solutions``
-    False (the student edition, scripts/student-edition), the solutions are left out."""
+    False (the student edition, scripts/student-edition, as ``filename``), they are left
+    out."""
     from bs4 import BeautifulSoup
 
     stems = toc_stems(root)
     out_dir = site.parent / PRINT_DIR_NAME
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
+    if filename == "book.html":
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     static = os.path.relpath(site / "_static", out_dir)
     first = (site / f"{stems[1]}.html").read_text()       # a chapter: its styles and MathJax
     head_soup = BeautifulSoup(first, "html.parser")
@@ -229,7 +232,7 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True) -> Path:
             + "".join(styles) + f"<style>{PRINT_CSS}</style>" + "".join(scripts)
             + '</head><body><div class="bd-article-container"><article class="bd-article">'
             + front + "".join(sections) + back + "</article></div></body></html>\n")
-    out = out_dir / "book.html"
+    out = out_dir / filename
     out.write_text(page, encoding="utf-8")
     return out
 

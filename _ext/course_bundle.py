@@ -158,9 +158,14 @@ def build_wheel(root: Path, dest: Path) -> Path:
     return wheels[0]
 
 
-def build_bundle(root: Path, out: Path) -> Path:
-    """Write the course bundle of the checkout at ``root`` to ``out`` (a .zip); returns it."""
-    chapters = sorted((root / "chapters").glob("*.ipynb"))
+def build_bundle(root: Path, out: Path, *, chapters: list[Path] | None = None,
+                 note: str = "") -> Path:
+    """Write the course bundle of the checkout at ``root`` to ``out`` (a .zip); returns it.
+
+    ``chapters`` are the notebooks to ship (by default ``root/chapters/*.ipynb``; the student
+    edition, scripts/student-edition, passes copies without the solutions), and ``note`` a
+    paragraph added to README.txt and AGENTS.md."""
+    chapters = sorted(chapters if chapters is not None else (root / "chapters").glob("*.ipynb"))
     if not chapters:
         raise RuntimeError(f"no chapter notebooks under {root / 'chapters'}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,8 +175,9 @@ def build_bundle(root: Path, out: Path) -> Path:
         extras = ",".join(_helper(root).MODULES)
         pages = bundle_pages.linked_pages(root, chapters)
         files = {
-            "README.txt": _readme(chapters[0].name).encode(),
-            AGENTS: (Path(__file__).resolve().parent / "bundle_agents.md").read_bytes(),
+            "README.txt": (_readme(chapters[0].name) + (f"\n{note}\n" if note else "")).encode(),
+            AGENTS: (Path(__file__).resolve().parent / "bundle_agents.md").read_bytes()
+            + (f"\n{note}\n".encode() if note else b""),
             LICENSE: (root / LICENSE).read_bytes(),
             INSTALLER: (root / INSTALLER).read_bytes(),
             "requirements.txt": _requirements(root, wheel.name, extras).encode(),

@@ -1015,6 +1015,26 @@ def test_every_page_and_the_pdf_name_the_licences(site):
     assert "CC BY 4.0" in first_page and "MIT licence" in first_page, first_page[:500]
 
 
+def test_the_student_editions_pdf_page_has_every_exercise_and_no_solution(site):
+    # scripts/student-edition prints this page (not printed again here: the book's PDF
+    # above is printed by the same code from the page with the solutions).
+    import sys
+
+    from bs4 import BeautifulSoup
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import book_pdf
+
+    full = BeautifulSoup(book_pdf.assemble(site, ROOT, solutions=True, filename="full.html")
+                         .read_text(), "html.parser")
+    student = BeautifulSoup(book_pdf.assemble(site, ROOT, solutions=False,
+                                              filename="student.html").read_text(),
+                            "html.parser")
+    assert full.select("div.solution") and not student.select("div.solution")
+    assert len(student.select("div.exercise")) == len(full.select("div.exercise")) > 50
+    assert "Solutions to the exercises" not in student.get_text()
+
+
 @pytest.mark.browser
 def test_search_snippets_show_formulas_as_text(site, browser):
     # Sphinx makes a result's snippet from the page's HTML, where formulas are still TeX; the
