@@ -26,9 +26,10 @@ The results are printed, one line per exercise; ``--json FILE`` writes the same 
                     "exercises": [{"label": "ex-...", "status": "passed",
                                    "message": "", "details": []}, ...],
                     "summary": {"passed": 1, "failed": 0, ...},
-                    "errors": [{"cell": 12, "error": "NameError: ..."}]}]}
+                    "errors": [{"cell": 12, "error": "raised NameError: ..."}]}]}
 
-``errors`` lists every cell that raised, numbered from 0 as in the notebook's JSON. The
+``errors`` lists every cell that raised or ran past its time limit, numbered from 0 as in
+the notebook's JSON ("raised NameError: ...", "ran past the time limit ..."). The
 notebooks are checked before any is run: one that does not exist, is not a notebook (JSON) or
 has no exercises stops the grader with a message naming it (exit status 2), and nothing is
 run. The exit status is 0 once every notebook is graded, whatever its results.
@@ -117,8 +118,11 @@ def _error_text(output: dict) -> str:
     return f"{output.get('ename', 'Error')}: {value}" if value else output.get("ename", "Error")
 
 
-def _cell_errors(cell: dict) -> list[str]:
-    return [_error_text(o) for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+def _cell_errors(cell: dict, timeout: float) -> list[str]:
+    # A cell interrupted at its time limit shows a KeyboardInterrupt: say what happened.
+    return [f"ran past the time limit of {timeout:g} s and was interrupted"
+            if o.get("ename") == "KeyboardInterrupt" else f"raised {_error_text(o)}"
+            for o in cell.get("outputs", []) if o.get("output_type") == "error"]
 
 
 def grade_notebook(path: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S,
@@ -187,9 +191,9 @@ def grade_notebook(path: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S,
                 status = "needs a person"
         else:
             cell = nb.cells[checks[label]]
-            errors = _cell_errors(cell)
+            errors = _cell_errors(cell, timeout)
             if errors:
-                status, message = "failed", f"the check cell raised {errors[-1]}"
+                status, message = "failed", f"the check cell {errors[-1]}"
             elif label in checked:
                 status, message, details = checked[label]
             else:
@@ -198,9 +202,9 @@ def grade_notebook(path: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S,
         results.append({"label": label, "status": status, "message": message,
                         "details": list(details)})
     errors = [{"cell": i, "error": e} for i, cell in enumerate(nb.cells[:n_cells])
-              for e in _cell_errors(cell)]
+              for e in _cell_errors(cell, timeout)]
     if died:
-        errors.append({"cell": None, "error": died})
+        errors.append({"cell": None, "error": f"stopped: {died}"})
     summary = {s: sum(r["status"] == s for r in results) for s in STATUSES}
     return {"notebook": str(path), "exercises": results, "summary": summary,
             "errors": errors}
@@ -219,7 +223,7 @@ def report(graded: dict[str, Any]) -> str:
         lines += [f"  {'':<{width}}    {d}" for d in r["details"]]
     for e in graded["errors"]:
         where = "the run" if e["cell"] is None else f"cell {e['cell']}"
-        lines.append(f"  {where} raised {e['error']}")
+        lines.append(f"  {where} {e['error']}")
     return "\n".join(lines)
 
 

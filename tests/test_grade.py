@@ -171,3 +171,10 @@ def test_bad_notebooks_are_refused_before_anything_runs(tmp_path, capsys, kind):
 def test_a_bad_timeout_is_refused(tmp_path, capsys):
     assert grade.main([str(_copy(tmp_path)), "--timeout", "0"]) == 2
     assert "--timeout" in capsys.readouterr().err
+
+
+def test_a_cell_past_its_time_limit_is_named_so():
+    # nbclient interrupts such a cell (interrupt_on_timeout): its output is a KeyboardInterrupt
+    cell = {"outputs": [{"output_type": "error", "ename": "KeyboardInterrupt", "evalue": ""}]}
+    assert grade._cell_errors(cell, 30) == [
+        "ran past the time limit of 30 s and was interrupted"]

@@ -69,6 +69,8 @@ def test_title_authors_and_year_agree_everywhere():
     author = cff["authors"][0]["name"]
     assert author == config["author"] and author in bib
     assert cff["version"] in bib
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert cff["version"] == pyproject["version"]
     licence = (ROOT / "LICENSE").read_text()
     assert licence.startswith(TITLE) and f"Copyright (c) {year} {author}" in licence
 
