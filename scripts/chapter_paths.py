@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import study_time  # noqa: E402  (course_paths.yml and the notebooks' keys)
 
 ROOT = Path(__file__).resolve().parents[1]
-START = "<!-- where it fits -->"
-END = "<!-- end of where it fits -->"
+START = study_time.FITS_START
+END = study_time.FITS_END
 WIDTH = 95
 WAYS_LINK = f"[ways through the book](../{study_time.PAGE})"
 NBSP = "\u0000"          # stands for a space inside a link while the line is wrapped

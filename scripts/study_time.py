@@ -10,7 +10,7 @@ chapter's study time is estimated from its notebook, at the rates below (RATES),
 page states:
 
 - reading and running: the words of its markdown, less the collapsed solutions, the
-  References and HTML comments, at WORDS_PER_MINUTE; plus CODE_CELL_MINUTES for each code
+  References, the line "Where this chapter fits" and HTML comments, at WORDS_PER_MINUTE; plus CODE_CELL_MINUTES for each code
   cell a reader runs and reads (all but the set-up cell and the exercises' check cells);
 - exercises: by kind, an answer its self-check checks (a number, a shape, a set), a function
   to write (its text shows a ``def``, or asks to write a signature: FUNCTION), and a proof or an explanation (no self-check);
@@ -43,6 +43,11 @@ EXERCISE_KINDS = {"answer": "an answer its self-check checks (a number, a shape,
 ROUND_TO = 5
 SETUP_MARKER = "# Set-up: "          # the first line of every set-up cell (notebook_setup.py)
 
+# The line "Where this chapter fits" (scripts/chapter_paths.py writes it between these): not
+# counted, so that writing it does not change the estimates.
+FITS_START = "<!-- where it fits -->"
+FITS_END = "<!-- end of where it fits -->"
+FITS = re.compile(re.escape(FITS_START) + ".*?" + re.escape(FITS_END), re.S)
 SOLUTION = re.compile(r"^:{3,}\{dropdown\} Solution\n.*?^</details>\s*$", re.M | re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 EXERCISE = re.compile(r"^(:{3,})\{exercise\}[^\n]*\n(.*?)^\1\s*$", re.M | re.S)
@@ -121,7 +126,7 @@ def estimate(nb: Path) -> dict:
             if cell.get("metadata", {}).get("attncore", {}).get("references") is not None \
                     or src.lstrip().startswith("## References"):
                 continue
-            words += len(COMMENT.sub(" ", SOLUTION.sub(" ", src)).split())
+            words += len(COMMENT.sub(" ", SOLUTION.sub(" ", FITS.sub(" ", src))).split())
             for _, body in EXERCISE.findall(src):
                 label = LABEL.search(body)
                 if label and label.group(1) in checked:
