@@ -10,10 +10,12 @@ chapter's study time is estimated from its notebook, at the rates below (RATES),
 page states:
 
 - reading and running: the words of its markdown, less the collapsed solutions, the
-  References, the line "Where this chapter fits" and HTML comments, at WORDS_PER_MINUTE; plus CODE_CELL_MINUTES for each code
-  cell a reader runs and reads (all but the set-up cell and the exercises' check cells);
-- exercises: by kind, an answer its self-check checks (a number, a shape, a set), a function
-  to write (its text shows a ``def``, or asks to write a signature: FUNCTION), and a proof or an explanation (no self-check);
+  References, the line "Where this chapter fits" and HTML comments, at WORDS_PER_MINUTE;
+  plus CODE_CELL_MINUTES for each code cell a reader runs and reads (all but the set-up
+  cell and the exercises' check cells);
+- exercises: by kind, an answer its self-check checks (a number, a shape, a set), a
+  function to write (its text shows a ``def``, or asks to write a signature: FUNCTION),
+  and a proof or an explanation (no self-check);
 
 each rounded to ROUND_TO minutes. The tables go between ``<!-- study-time: NAME -->`` and
 ``<!-- end of study-time: NAME -->`` in ways_through_the_book.md; the rest of the page is
@@ -220,8 +222,9 @@ def tables(root: Path = ROOT) -> dict[str, str]:
                     f"| {e['exercises']} min | {hours(e['total'])} | {paths} | {first} |")
     blocks["chapters"] = "\n".join(rows)
     rates = ("**How the times are estimated.** They are counted from each chapter's notebook, "
-             f"not measured on readers: reading at {WORDS_PER_MINUTE} words a minute (the prose, without the collapsed "
-             f"solutions and the references), {CODE_CELL_MINUTES:g} minutes for each code cell "
+             f"not measured on readers: reading at {WORDS_PER_MINUTE} words a minute (the "
+             "prose, without the collapsed solutions and the references), "
+             f"{CODE_CELL_MINUTES:g} minutes for each code cell "
              "you run and read, and for each exercise "
              + "; ".join(f"{EXERCISE_MINUTES[k]} minutes for {EXERCISE_KINDS[k]}"
                          for k in EXERCISE_MINUTES)

@@ -141,7 +141,7 @@ def test_a_wrong_answer_fails_with_the_checks_hint_and_an_error_is_named(tmp_pat
     assert "cell 4 raised NameError" in grade.report(result)
 
 
-# --- bad input ------------------------------------------------------------------------------------
+# --- bad input ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["missing", "not json", "no exercises", "a folder"])
 def test_bad_notebooks_are_refused_before_anything_runs(tmp_path, capsys, kind):

@@ -39,7 +39,7 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, cwd=ROOT)
 
 
-# --- the data and the page ------------------------------------------------------------------------
+# --- the data and the page ----------------------------------------------------------------
 
 def test_the_data_names_every_notebook_and_only_those():
     assert study_time.problems(ROOT) == []
