@@ -44,6 +44,11 @@ PDF_NAME = "attention-from-the-proof-up.pdf"
 # The landing page's link to the PDF: removed from index.html when there is no PDF.
 LINK_CLASS = "attncore-pdf"
 PRINT_DIR_NAME = "print"
+# The line under the title on the PDF's first page (LICENSE has the full texts).
+LICENCE_LINE = ("Text, figures and notebooks: Creative Commons Attribution 4.0 (CC BY 4.0, "
+                "https://creativecommons.org/licenses/by/4.0/). Code: MIT licence. The "
+                "pretrained models and Python's help text keep their own licences "
+                "(Apache-2.0, PSF). The course's LICENSE file has the full texts.")
 TIMEOUT_S = 600
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -83,6 +88,7 @@ body { font-size: 10.5pt; }
 .attncore-print-page:first-of-type { break-before: auto; }
 .attncore-print-title { text-align: center; margin: 30vh 0 2rem; }
 .attncore-print-toc li { margin: 0.2rem 0; }
+.attncore-print-licence { text-align: center; font-size: 9pt; margin: 0 0 2rem; }
 pre, div.highlight pre { white-space: pre-wrap !important; overflow: visible !important;
                          word-break: break-word; }
 div.cell_output, div.output, .bd-article table, mjx-container[display="true"], div.math {
@@ -164,14 +170,18 @@ def _take_solutions(article) -> list:
     return taken
 
 
-def assemble(site: Path, root: Path = ROOT) -> Path:
-    """Write the printable page of the whole book; return its path."""
+def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
+             filename: str = "book.html") -> Path:
+    """Write the printable page of the whole book; return its path. With ``solutions``
+    False (the student edition, scripts/student-edition, as ``filename``), they are left
+    out."""
     from bs4 import BeautifulSoup
 
     stems = toc_stems(root)
     out_dir = site.parent / PRINT_DIR_NAME
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
+    if filename == "book.html":
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     static = os.path.relpath(site / "_static", out_dir)
     first = (site / f"{stems[1]}.html").read_text()       # a chapter: its styles and MathJax
     head_soup = BeautifulSoup(first, "html.parser")
@@ -183,6 +193,7 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
     title = head_soup.title.string.split("\u2014")[-1].strip() if head_soup.title else ""
     title = title or "Attention, from the proof up"
 
+    with_solutions = solutions
     sections, solutions, toc = [], [], []
     needs_vega = False
     for stem in stems:
@@ -196,16 +207,18 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
         name = heading.get_text(" ", strip=True).rstrip("#\u00b6 ") if heading else stem
         if stem != stems[0]:
             toc.append(f'<li><a href="#{_prefix(stem)}">{html.escape(name)}</a></li>')
-        if taken:
+        if taken and with_solutions:
             solutions.append(f'<h2>{html.escape(name)}</h2>' + "".join(str(t) for t in taken))
         sections.append(f'<section class="attncore-print-page" id="{_prefix(stem)}">'
                         f"{article.decode_contents()}</section>")
+    last = ('<li><a href="#solutions">Solutions to the exercises</a></li>'
+            if with_solutions else "")
     front = (f'<section class="attncore-print-page"><h1 class="attncore-print-title">'
-             f'{html.escape(title)}</h1><h2>Contents</h2><ol class="attncore-print-toc">'
-             f'{"".join(toc)}<li><a href="#solutions">Solutions to the exercises</a></li>'
-             f"</ol></section>")
+             f'{html.escape(title)}</h1><p class="attncore-print-licence">'
+             f'{html.escape(LICENCE_LINE)}</p><h2>Contents</h2><ol class="attncore-print-toc">'
+             f'{"".join(toc)}{last}</ol></section>')
     back = ('<section class="attncore-print-page" id="solutions"><h1>Solutions to the '
-            'exercises</h1>' + "".join(solutions) + "</section>")
+            'exercises</h1>' + "".join(solutions) + "</section>") if with_solutions else ""
     # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
     # adds for screen readers (half of its work), which a printed page cannot use.
     scripts = [f"<script>{mathjax_config}\n"
@@ -219,7 +232,7 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
             + "".join(styles) + f"<style>{PRINT_CSS}</style>" + "".join(scripts)
             + '</head><body><div class="bd-article-container"><article class="bd-article">'
             + front + "".join(sections) + back + "</article></div></body></html>\n")
-    out = out_dir / "book.html"
+    out = out_dir / filename
     out.write_text(page, encoding="utf-8")
     return out
 

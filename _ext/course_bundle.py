@@ -7,6 +7,8 @@ front page links it in its text. Unzipped, it is one folder::
     attention-course/
         README.txt            how to install (two commands, the same as in a clone), and open
         AGENTS.md             for AI coding assistants: tutor the exercises, do not solve them
+        LICENSE               the course's licences: CC BY 4.0 (text, figures, notebooks), MIT
+                              (code), and the models' and data's own
         install.py            the repository's installer (its README's two commands)
         requirements.txt      torch, Triton (Linux only), JupyterLab, attncore's wheel with
                               every extra the chapters use, with the repository's pins
@@ -45,6 +47,7 @@ HELPER = "_course_setup.py"
 INSTALLER = "install.py"
 NO_DEPS = "requirements-no-deps.txt"
 AGENTS = "AGENTS.md"
+LICENSE = "LICENSE"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 # What the bundle's requirements.txt takes from the course's own requirements.txt, with its
 # pins, besides what attncore's extras name: torch, and JupyterLab with what renders the
@@ -77,6 +80,11 @@ start with {first}.
 
 {AGENTS} asks AI coding assistants (Copilot, Claude Code, Cursor, ...) that read this folder
 to tutor you through the exercises with hints and questions rather than solve them for you.
+
+Licence ({LICENSE} has the full texts): the text, figures and notebooks are under Creative
+Commons Attribution 4.0 (CC BY 4.0), the code (attncore, install.py) under the MIT licence;
+the pretrained models (SmolLM2, all-MiniLM-L6-v2: Apache-2.0) and Python's help text (PSF
+License Agreement) keep their own licences.
 """
 
 
@@ -132,6 +140,7 @@ def build_wheel(root: Path, dest: Path) -> Path:
         src = Path(tmp) / "src"
         src.mkdir()
         shutil.copy2(root / "pyproject.toml", src / "pyproject.toml")
+        shutil.copy2(root / LICENSE, src / LICENSE)         # pyproject's license-files
         shutil.copytree(root / "attncore", src / "attncore",
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -149,9 +158,14 @@ def build_wheel(root: Path, dest: Path) -> Path:
     return wheels[0]
 
 
-def build_bundle(root: Path, out: Path) -> Path:
-    """Write the course bundle of the checkout at ``root`` to ``out`` (a .zip); returns it."""
-    chapters = sorted((root / "chapters").glob("*.ipynb"))
+def build_bundle(root: Path, out: Path, *, chapters: list[Path] | None = None,
+                 note: str = "") -> Path:
+    """Write the course bundle of the checkout at ``root`` to ``out`` (a .zip); returns it.
+
+    ``chapters`` are the notebooks to ship (by default ``root/chapters/*.ipynb``; the student
+    edition, scripts/student-edition, passes copies without the solutions), and ``note`` a
+    paragraph added to README.txt and AGENTS.md."""
+    chapters = sorted(chapters if chapters is not None else (root / "chapters").glob("*.ipynb"))
     if not chapters:
         raise RuntimeError(f"no chapter notebooks under {root / 'chapters'}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,8 +175,10 @@ def build_bundle(root: Path, out: Path) -> Path:
         extras = ",".join(_helper(root).MODULES)
         pages = bundle_pages.linked_pages(root, chapters)
         files = {
-            "README.txt": _readme(chapters[0].name).encode(),
-            AGENTS: (Path(__file__).resolve().parent / "bundle_agents.md").read_bytes(),
+            "README.txt": (_readme(chapters[0].name) + (f"\n{note}\n" if note else "")).encode(),
+            AGENTS: (Path(__file__).resolve().parent / "bundle_agents.md").read_bytes()
+            + (f"\n{note}\n".encode() if note else b""),
+            LICENSE: (root / LICENSE).read_bytes(),
             INSTALLER: (root / INSTALLER).read_bytes(),
             "requirements.txt": _requirements(root, wheel.name, extras).encode(),
             NO_DEPS: (root / NO_DEPS).read_bytes(),

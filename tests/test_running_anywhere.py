@@ -676,10 +676,12 @@ def test_the_bundle_holds_the_course(bundle):
     wheels = [n for n in names if n.endswith(".whl")]
     assert len(wheels) == 1 and wheels[0].startswith("attncore-"), names
     pages = ["appendix/proofs.ipynb", "performance.ipynb"]       # what the chapters link to
-    assert names == sorted(["README.txt", "AGENTS.md", "install.py", "requirements.txt",
+    if any("ways_through_the_book.md" in (ROOT / "chapters" / c).read_text() for c in chapters):
+        pages.append("ways_through_the_book.ipynb")    # (scripts/chapter_paths.py's line)
+    assert names == sorted(["README.txt", "AGENTS.md", "LICENSE", "install.py", "requirements.txt",
                             "requirements-no-deps.txt", "_course_setup.py",
                             *wheels, *chapters, *pages]), names
-    for name in ("install.py", "requirements-no-deps.txt"):       # the repository's own
+    for name in ("install.py", "requirements-no-deps.txt", "LICENSE"):   # the repository's own
         assert (bundle / name).read_bytes() == (ROOT / name).read_bytes(), name
     for name in chapters:       # as stored, with their outputs; only links may point elsewhere
         stored = json.loads((ROOT / "chapters" / name).read_text())

@@ -299,7 +299,7 @@ def _check_the_bundle(site: Path, root: Path) -> None:
         for nb in sorted((root / "chapters").glob("*.ipynb")):
             assert zf.read(f"attention-course/{nb.name}") == bundle_pages.chapter_for_bundle(
                 nb), nb.name
-    for name in ("README.txt", "requirements.txt", "_course_setup.py"):
+    for name in ("README.txt", "requirements.txt", "_course_setup.py", "LICENSE"):
         assert f"attention-course/{name}" in names, name
     assert [n for n in names if re.fullmatch(r"attention-course/attncore-[^/]+\.whl", n)]
     pages = [site / "index.html", *_chapter_pages(site)]
@@ -1002,6 +1002,37 @@ def test_the_pdf_holds_every_chapter_typeset_and_sharp(site):
     assert len(large) >= 20, f"only {len(large)} figures in the PDF"
     blurry = [i for i in large if i[2] < 1.9 * i[0] * 4 / 3]
     assert not blurry, f"{len(blurry)} figures printed below 2x: {blurry[:3]}"
+
+
+def test_every_page_and_the_pdf_name_the_licences(site):
+    # The footer of _config.yml on every page (tests/test_licence.py checks its words), and
+    # the licence line under the title on the PDF's first page.
+    for stem in _toc_pages():
+        text = " ".join(visible_text((site / f"{stem}.html").read_text()).split())
+        assert "CC BY 4.0" in text and "MIT licence" in text, f"{stem}: no licence in its footer"
+    text, _ = _pdf_text(site / PDF)
+    first_page = " ".join(text.split()[:400])
+    assert "CC BY 4.0" in first_page and "MIT licence" in first_page, first_page[:500]
+
+
+def test_the_student_editions_pdf_page_has_every_exercise_and_no_solution(site):
+    # scripts/student-edition prints this page (not printed again here: the book's PDF
+    # above is printed by the same code from the page with the solutions).
+    import sys
+
+    from bs4 import BeautifulSoup
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    import book_pdf
+
+    full = BeautifulSoup(book_pdf.assemble(site, ROOT, solutions=True, filename="full.html")
+                         .read_text(), "html.parser")
+    student = BeautifulSoup(book_pdf.assemble(site, ROOT, solutions=False,
+                                              filename="student.html").read_text(),
+                            "html.parser")
+    assert full.select("div.solution") and not student.select("div.solution")
+    assert len(student.select("div.exercise")) == len(full.select("div.exercise")) > 50
+    assert "Solutions to the exercises" not in student.get_text()
 
 
 @pytest.mark.browser

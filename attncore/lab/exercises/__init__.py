@@ -10,7 +10,10 @@ starts as ``None``, and one call of :func:`check_exercise` with the exercise's l
 
 The call prints one line: "Not answered yet ..." while any answer is ``None`` (this is what the
 stored notebook shows, so it gives nothing away), "Correct ..." or "Not yet ...", with a hint
-that does not contain the answer. The checkers compute what they compare with from first
+that does not contain the answer. It also returns what it printed as a :class:`Checked`
+(which a notebook displays as nothing, so that the cell shows only the printed lines), and
+remembers the latest one of each exercise (:func:`checked_exercises`), which the class grader
+(``python -m attncore.grade``) reads. The checkers compute what they compare with from first
 principles, in the module of their chapter (``attncore/lab/exercises/<chapter>.py``); the
 course's tests feed each of them a right and a wrong answer.
 
@@ -28,7 +31,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["Verdict", "check_exercise", "exercise", "registered_exercises", "report_verdict"]
+__all__ = ["Checked", "Verdict", "check_exercise", "checked_exercises", "exercise",
+           "registered_exercises", "report_verdict"]
 
 NOT_ANSWERED = "Not answered yet: replace None with your answer, then run this cell again."
 WIDTH = 80
@@ -47,7 +51,33 @@ class Verdict:
     details: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`check_exercise` printed, as data.
+
+    ``status`` is ``"not answered"``, ``"passed"`` or ``"failed"``; ``message`` is the
+    checker's hint (empty while not answered) and ``details`` its further lines. A notebook
+    cell whose last line is ``check_exercise(...)`` shows only the printed lines: the object
+    displays as nothing in IPython (``_ipython_display_``).
+    """
+
+    label: str
+    status: str
+    message: str = ""
+    details: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def _ipython_display_(self) -> None:
+        # The verdict is already printed; displaying the object again would add an output.
+        return None
+
+
 _CHECKERS: dict[str, Callable[..., Verdict]] = {}
+# The latest verdict of each exercise checked in this Python process (label -> Checked).
+_CHECKED: dict[str, Checked] = {}
 
 
 def real_answer(name: str, value: Any) -> float:
@@ -91,7 +121,12 @@ def registered_exercises() -> list[str]:
     return sorted(_CHECKERS)
 
 
-def check_exercise(label: str, *answers: Any) -> None:
+def checked_exercises() -> dict[str, Checked]:
+    """The latest :class:`Checked` of every exercise checked in this process, by label."""
+    return dict(_CHECKED)
+
+
+def check_exercise(label: str, *answers: Any) -> Checked:
     """Check the reader's answer(s) to the exercise ``label`` and print one verdict.
 
     Parameters
@@ -102,8 +137,14 @@ def check_exercise(label: str, *answers: Any) -> None:
         The reader's answers, in the order the exercise asks for them. While any of them is
         ``None`` the exercise counts as not answered yet.
 
+    Returns
+    -------
+    Checked
+        The verdict as data (``status`` ``"not answered"``, ``"passed"`` or ``"failed"``),
+        also remembered for :func:`checked_exercises`. It displays as nothing in a notebook.
+
     Prints ``Not answered yet: ...``, ``Correct. ...`` or ``Not yet: ...`` (plus one line per
-    part for several-part answers). Returns None, so a notebook shows only the printed lines.
+    part for several-part answers): the only output a notebook cell shows.
     """
     _load_all()
     if label not in _CHECKERS:
@@ -111,7 +152,8 @@ def check_exercise(label: str, *answers: Any) -> None:
                          f"{', '.join(sorted(_CHECKERS))}")
     if not answers or any(a is None for a in answers):
         print(NOT_ANSWERED)
-        return
+        _CHECKED[label] = Checked(label, "not answered")
+        return _CHECKED[label]
     try:
         verdict = _CHECKERS[label](*answers)
     except Exception as err:  # a reader's answer of the wrong kind is feedback, not a crash
@@ -121,6 +163,9 @@ def check_exercise(label: str, *answers: Any) -> None:
     print(textwrap.fill(f"{head} {verdict.message}".rstrip(), WIDTH))
     for line in verdict.details:
         print(textwrap.fill(line, WIDTH, initial_indent="  ", subsequent_indent="    "))
+    _CHECKED[label] = Checked(label, "passed" if verdict.correct else "failed",
+                              verdict.message, tuple(verdict.details))
+    return _CHECKED[label]
 
 
 def report_verdict(report: Any, call: str, praise: str) -> Verdict:
