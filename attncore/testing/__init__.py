@@ -9,12 +9,16 @@ named for what it checks:
 
 * :func:`check_attention` (:mod:`attncore.testing.attention`): scaled dot-product
   attention with masks, ``fn(q, k, v, mask=None, causal=False)``.
+* :func:`check_attention_backward` (:mod:`attncore.testing.backward`): the gradients of
+  attention, ``fn(q, k, v, d_out, causal=False) -> (dq, dk, dv)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
+from .backward import check_attention_backward
 from .report import CheckReport, PropertyResult
 
-__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention"]
+__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
+           "check_attention_backward"]
