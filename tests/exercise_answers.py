@@ -91,6 +91,18 @@ _TILED_BACKWARD = """def my_attention_backward(q, k, v, d_out, causal=False):
         dk[..., b, :] = c * np.swapaxes(ds, -1, -2) @ q
     return dq, dk, dv"""
 
+# Chapter 10's decoding step with a KV cache and grouped-query attention, with the way the
+# key/value heads are spread over the query heads as a slot.
+_DECODE_STEP = """def my_decode_step(q_new, k_new, v_new, k_cache, v_cache):
+    k = np.concatenate([k_cache, k_new], axis=-2)
+    v = np.concatenate([v_cache, v_new], axis=-2)
+    g = q_new.shape[-3] // k.shape[-3]
+    k_rep, v_rep = ({repeat} for x in (k, v))
+    s = q_new @ np.swapaxes(k_rep, -1, -2) / math.sqrt(q_new.shape[-1])
+    a = np.exp(s - s.max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    return a @ v_rep, k, v"""
+
 # Chapter 19's delta rule with one gate per key channel; the right answer scales the old
 # memory by the gate before the delta write reads it.
 _CHANNEL_GATED = """def my_channel_gated(q, k, v, alpha, beta):
@@ -253,23 +265,27 @@ ANSWERS: dict[str, Answers] = {
         right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
         wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
     # --- end of chapter 9 -----------------------------------------------------------------
-    # --- chapter 10, attention at inference (10_inference.ipynb, its Going further) ---------
+    # --- chapter 10, attention at inference (10_inference.ipynb) --------------------------
     "ex-inference-cache-size": Answers(
         right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
                "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
         # the batch forgotten: the context one sequence alone could have
         wrong={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2)"}),
     "ex-inference-batch": Answers(
-        right={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 4096 * 2)"},
-        # the window forgotten: a cache of all 8192 positions per sequence
-        wrong={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 8192 * 2)"}),
+        right={"my_batch": "2 * ((80 * 2**30 - 14 * 10**9) "
+                           "// (2 * 32 * 8 * 128 * (3000 + 4096) * 2))"},
+        # the window forgotten: a cache of all 12000 positions per long sequence
+        wrong={"my_batch": "2 * ((80 * 2**30 - 14 * 10**9) "
+                           "// (2 * 32 * 8 * 128 * (3000 + 12000) * 2))"}),
     "ex-inference-intensity": Answers(
         right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
         wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
-    "ex-inference-window": Answers(right={"my_reach": "32 * (4096 - 1)"},
-                                   # the position itself counted in each layer's reach
-                                   wrong={"my_reach": "32 * 4096"}),
-    # --- end of chapter 9 -----------------------------------------------------------------
+    "ex-inference-decode-step": Answers(
+        right={"my_decode_step": _DECODE_STEP.format(repeat="np.repeat(x, g, axis=-3)")},
+        # query head i paired with key/value head i % h_kv: the group tiled, not repeated
+        wrong={"my_decode_step": _DECODE_STEP.format(
+            repeat="np.concatenate([x] * g, axis=-3)")}),
+    # --- end of chapter 10 -----------------------------------------------------------------
     # --- chapter 11, inside a pretrained transformer (12_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"

@@ -149,7 +149,7 @@ def tiled_backward(fn) -> Verdict:
                               f"causal=False), got {type(fn).__name__}")
     report = check_attention_backward(fn)
     if report.passed:
-        return Verdict(True, f"your backward pass has all {len(report.results)} properties "
+        return Verdict(True, f"Your backward pass has all {len(report.results)} properties "
                              "the course checks, including agreement with torch's "
                              "autograd, causal or not.")
     failed = report.failed
