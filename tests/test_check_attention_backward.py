@@ -142,7 +142,7 @@ def test_the_reference_and_attncore_pass():
     (unnormalised_dv, "value_gradients", "normalised"),
     (bottom_right, "causal_backward", "bottom-right"),
     (four_d_only, "batch_axes", "no batch axes"),
-    (float64_always, "preserves_dtype", "float32"),
+    (float64_always, "preserves_dtype", "math.sqrt"),
     (overwrites_d_out, "inputs_unchanged", "d_out"),
 ])
 def test_each_mistake_fails_its_property(fn, prop, words):

@@ -302,7 +302,12 @@ class _Runner:
         want = self.call(q, k, v, d_out)
         low = tuple(x.astype(np.float32) for x in (q, k, v, d_out))
         where = self.describe(*low)
-        got = self.call(*low, where=where)                     # checks the dtype
+        try:
+            got = self.call(*low, where=where)
+        except Failure as failure:
+            if "got float64" in failure.detail:
+                failure.detail += _PROMOTION_HINT
+            raise
         for name, g, w in zip(_NAMES, got, want):
             err = np.abs(g.astype(np.float64) - w).max()
             if err > 1e-4 * max(np.abs(w).max(), 1.0):
@@ -336,6 +341,10 @@ class _Runner:
             for name, x, y in zip(("q", "k", "v", "d_out"), args, kept):
                 if not np.array_equal(x, y):
                     raise Failure(f"the function changed its argument {name}", where)
+
+
+_PROMOTION_HINT = (" (a NumPy float64 number such as np.sqrt(d) turns float32 arrays into "
+                   "float64 ones; a Python float such as math.sqrt(d) keeps them float32)")
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:

@@ -309,7 +309,12 @@ class _Runner:
         want, _, _ = self.call(args)
         low = [x.astype(np.float32) for x in args]
         where = self.describe(low)
-        got, _, _ = self.call(low, where=where)              # checks the dtypes
+        try:
+            got, _, _ = self.call(low, where=where)
+        except Failure as failure:
+            if "got float64" in failure.detail:
+                failure.detail += _PROMOTION_HINT
+            raise
         err = np.abs(got.astype(np.float64) - want).max()
         if err > 1e-4 * max(np.abs(want).max(), 1.0):
             raise Failure(f"out in float32 differs from the float64 result by {err:.3g}, "
@@ -327,6 +332,10 @@ class _Runner:
         for name, x, y in zip(_NAMES, args, kept):
             if not np.array_equal(x, y):
                 raise Failure(f"the function changed its argument {name}", where)
+
+
+_PROMOTION_HINT = (" (a NumPy float64 number such as np.sqrt(d) turns float32 arrays into "
+                   "float64 ones; a Python float such as math.sqrt(d) keeps them float32)")
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
