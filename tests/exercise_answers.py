@@ -104,6 +104,40 @@ _MASKED_TILED = """def my_masked_tiled(q, k, v, mask, block_size):
         m = m_new
     return np.where(l > 0, o / np.where(l > 0, l, 1.0), 0.0)"""
 
+# Chapter 9's tiled backward pass, with the gradient of the scores as a slot.
+_TILED_BACKWARD = """def my_attention_backward(q, k, v, d_out, causal=False):
+    out, lse = ac.tiled_attention(q, k, v, causal=causal, return_lse=True)
+    c = q.shape[-1] ** -0.5
+    D = (d_out * out).sum(axis=-1, keepdims=True)
+    L = lse[..., None]
+    rows = np.arange(q.shape[-2])[:, None]
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for j0 in range(0, k.shape[-2], 2):
+        b = slice(j0, j0 + 2)
+        s = c * q @ np.swapaxes(k[..., b, :], -1, -2)
+        if causal:
+            cols = np.arange(j0, j0 + s.shape[-1])
+            s = np.where(cols <= rows, s, -np.inf)
+        p = np.exp(s - L)
+        dv[..., b, :] = np.swapaxes(p, -1, -2) @ d_out
+        dp = d_out @ np.swapaxes(v[..., b, :], -1, -2)
+        ds = {ds}
+        dq += c * ds @ k[..., b, :]
+        dk[..., b, :] = c * np.swapaxes(ds, -1, -2) @ q
+    return dq, dk, dv"""
+
+# Chapter 10's decoding step with a KV cache and grouped-query attention, with the way the
+# key/value heads are spread over the query heads as a slot.
+_DECODE_STEP = """def my_decode_step(q_new, k_new, v_new, k_cache, v_cache):
+    k = np.concatenate([k_cache, k_new], axis=-2)
+    v = np.concatenate([v_cache, v_new], axis=-2)
+    g = q_new.shape[-3] // k.shape[-3]
+    k_rep, v_rep = ({repeat} for x in (k, v))
+    s = q_new @ np.swapaxes(k_rep, -1, -2) / math.sqrt(q_new.shape[-1])
+    a = np.exp(s - s.max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    return a @ v_rep, k, v"""
+
 # Chapter 19's delta rule with one gate per key channel; the right answer scales the old
 # memory by the gate before the delta write reads it.
 _CHANNEL_GATED = """def my_channel_gated(q, k, v, alpha, beta):
@@ -320,8 +354,12 @@ ANSWERS: dict[str, Answers] = {
                                wrong={"h_answer": "40"}),      # rounded up: one head too many
     "ex-tiled-fp16-stall": Answers(right={"my_fraction": "2048 / 6000"},
                                    wrong={"my_fraction": "1.0"}),   # the exact sum
-    # --- end of chapter 7 -----------------------------------------------------------------
-    # --- chapter 8, the backward pass of attention (09_backward_pass.ipynb) ----------------
+    # --- end of chapter 8 -----------------------------------------------------------------
+    # --- chapter 9, the backward pass of attention (09_backward_pass.ipynb) ----------------
+    "ex-backward-tiled": Answers(
+        right={"my_attention_backward": _TILED_BACKWARD.format(ds="p * (dp - D)")},
+        # the row-sum term forgotten: dS = P * dP
+        wrong={"my_attention_backward": _TILED_BACKWARD.format(ds="p * dp")}),
     "ex-backward-one-row": Answers(
         right={"my_ds": "[20 / 49, -18 / 49, -2 / 49]", "my_dq": "[22 / 49, -18 / 49]"},
         # the row-sum term forgotten: dS = A * dA
@@ -331,24 +369,28 @@ ANSWERS: dict[str, Answers] = {
     "ex-backward-causal-flops": Answers(
         right={"my_causal_flops": "5 * 64 * 4096 * (4096 + 128)"},
         wrong={"my_causal_flops": "5 * 64 * 4096 * 4096"}),     # the diagonal blocks missed
-    # --- end of chapter 8 -----------------------------------------------------------------
-    # --- chapter 10, attention at inference (10_inference.ipynb, its Going further) ---------
+    # --- end of chapter 9 -----------------------------------------------------------------
+    # --- chapter 10, attention at inference (10_inference.ipynb) --------------------------
     "ex-inference-cache-size": Answers(
         right={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2 * 16)",
                "my_tokens_mha": "30 * 2**30 // (2 * 80 * 64 * 128 * 2 * 16)"},
         # the batch forgotten: the context one sequence alone could have
         wrong={"my_tokens_gqa": "30 * 2**30 // (2 * 80 * 8 * 128 * 2)"}),
     "ex-inference-batch": Answers(
-        right={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 4096 * 2)"},
-        # the window forgotten: a cache of all 8192 positions per sequence
-        wrong={"my_batch": "(80 * 2**30 - 14 * 10**9) // (2 * 32 * 8 * 128 * 8192 * 2)"}),
+        right={"my_batch": "2 * ((80 * 2**30 - 14 * 10**9) "
+                           "// (2 * 32 * 8 * 128 * (3000 + 4096) * 2))"},
+        # the window forgotten: a cache of all 12000 positions per long sequence
+        wrong={"my_batch": "2 * ((80 * 2**30 - 14 * 10**9) "
+                           "// (2 * 32 * 8 * 128 * (3000 + 12000) * 2))"}),
     "ex-inference-intensity": Answers(
         right={"my_intensity": "2 * (64 / 8) / 1", "my_queries": "19"},
         wrong={"my_intensity": "2 * (64 / 8) / 2"}),     # the 16-bit cache's, not the 8-bit
-    "ex-inference-window": Answers(right={"my_reach": "32 * (4096 - 1)"},
-                                   # the position itself counted in each layer's reach
-                                   wrong={"my_reach": "32 * 4096"}),
-    # --- end of chapter 9 -----------------------------------------------------------------
+    "ex-inference-decode-step": Answers(
+        right={"my_decode_step": _DECODE_STEP.format(repeat="np.repeat(x, g, axis=-3)")},
+        # query head i paired with key/value head i % h_kv: the group tiled, not repeated
+        wrong={"my_decode_step": _DECODE_STEP.format(
+            repeat="np.concatenate([x] * g, axis=-3)")}),
+    # --- end of chapter 10 -----------------------------------------------------------------
     # --- chapter 11, inside a pretrained transformer (12_inside_a_pretrained_model.ipynb) ---
     "ex-inside-layer-parameters": Answers(
         right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"

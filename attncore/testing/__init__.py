@@ -21,13 +21,19 @@ named for what it checks:
   delta rule, ``fn(S, q, k, v, g, beta) -> (o, S_new)``.
 * :func:`check_softmax` (:mod:`attncore.testing.softmax`): a softmax along one axis,
   ``fn(x, axis=-1)``.
+* :func:`check_attention_backward` (:mod:`attncore.testing.backward`): the gradients of
+  attention, ``fn(q, k, v, d_out, causal=False) -> (dq, dk, dv)``.
+* :func:`check_kv_cache_decode` (:mod:`attncore.testing.kv_cache`): one decoding step with
+  a KV cache and grouped-query attention, ``fn(q_new, k_new, v_new, k_cache, v_cache)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
+from .backward import check_attention_backward
 from .delta_step import check_delta_step
+from .kv_cache import check_kv_cache_decode
 from .merge import check_merge
 from .multi_head import check_multi_head_attention
 from .report import CheckReport, PropertyResult
@@ -36,5 +42,6 @@ from .softmax import check_softmax
 from .window_mask import check_window_mask
 
 __all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
-           "check_delta_step", "check_merge", "check_multi_head_attention", "check_rope",
-           "check_softmax", "check_window_mask"]
+           "check_attention_backward", "check_delta_step", "check_kv_cache_decode",
+           "check_merge", "check_multi_head_attention", "check_rope", "check_softmax",
+           "check_window_mask"]

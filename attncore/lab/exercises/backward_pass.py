@@ -1,10 +1,12 @@
-"""Checkers for the exercises of chapter 8, the backward pass of attention.
+"""Checkers for the exercises of chapter 9, the backward pass of attention.
 
 Each checker recomputes what it compares with: the gradients of the worked row by torch
 autograd (:func:`attncore.lab.autograd_reference.attention_autograd`, no formula of the
 chapter), the gradients a backward pass without the row-sum term gets wrong by running such
 a pass against :func:`attncore.attention_backward`, and the flops of the causal tiled
-backward pass by walking its block loop. Hints point at the method, never at the number.
+backward pass by walking its block loop; the reader's own tiled backward pass goes through
+:func:`attncore.testing.check_attention_backward`. Hints point at the method, never at the
+number.
 """
 
 from __future__ import annotations
@@ -134,3 +136,23 @@ def causal_flops(flops) -> Verdict:
                               "are all multiplied although some of their pairs are masked.")
     return Verdict(False, "sum over the key blocks: the block starting at key j0 meets "
                           "n - j0 query rows, in five products of 2 * rows * B * d flops.")
+
+
+@exercise("ex-backward-tiled")
+def tiled_backward(fn) -> Verdict:
+    """A reader-written ``my_attention_backward(q, k, v, d_out, causal=False)``, put
+    through :func:`attncore.testing.check_attention_backward` (autograd as the reference)."""
+    from ...testing import check_attention_backward
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_attention_backward(q, k, v, d_out, "
+                              f"causal=False), got {type(fn).__name__}")
+    report = check_attention_backward(fn)
+    if report.passed:
+        return Verdict(True, f"Your backward pass has all {len(report.results)} properties "
+                             "the course checks, including agreement with torch's "
+                             "autograd, causal or not.")
+    failed = report.failed
+    return Verdict(False, f"{len(failed)} of the properties failed ({', '.join(failed)}). "
+                          "print(ac.testing.check_attention_backward(my_attention_backward)) "
+                          "shows the small input each one failed on.")

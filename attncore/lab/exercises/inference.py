@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 9, attention at inference (the KV cache, MQA, GQA).
+"""Checkers for the exercises of chapter 10, attention at inference (the KV cache, MQA, GQA).
 
 Each checker recomputes what it compares with from the published model shapes in
 :mod:`attncore.lab.inference` and the chapter's formulas, in exact integer arithmetic where
@@ -17,12 +17,9 @@ from . import Verdict, exercise
 # the cache formula inverted for the longest context, with 8 and with 64 key/value heads
 CACHE_MODEL, CACHE_BATCH, CACHE_BUDGET = "LLaMA-2 70B", 16, 30 * 2**30
 
-# ex-inference-batch: Mistral 7B, sequences of 8192 tokens, an 80 GiB device
-BATCH_MODEL, BATCH_TOKENS, BATCH_MEMORY = "Mistral 7B", 8192, 80 * 2**30
-
-# ex-inference-window (the chapter's Going further notebook): how far back the last layer of
-# Mistral 7B can reach through its sliding windows
-WINDOW_MODEL = "Mistral 7B"
+# ex-inference-batch: Mistral 7B on an 80 GiB device, a batch of equally many sequences of
+# 3000 and of 12000 tokens (one shorter, one longer than its sliding window of 4096)
+BATCH_MODEL, BATCH_TOKENS, BATCH_MEMORY = "Mistral 7B", (3000, 12000), 80 * 2**30
 
 # ex-inference-intensity: LLaMA-2 70B with its KV cache stored in 8-bit numbers, against a
 # device that does 295 flops in the time it reads one byte
@@ -72,31 +69,43 @@ def cache_size(tokens_gqa, tokens_mha) -> Verdict:
                           "times the batch, and round down.", details)
 
 
-def largest_batch() -> int:
-    """The most sequences whose caches fit next to Mistral 7B's weights."""
+def largest_batch(window: bool = True) -> int:
+    """The most sequences, equally many of each length, whose caches fit next to Mistral
+    7B's weights (``window=False``: as if it had no sliding window)."""
     model = PUBLISHED[BATCH_MODEL]
     room = BATCH_MEMORY - int(weight_bytes(model))
-    return room // kv_cache_bytes(model, BATCH_TOKENS)
+    per_token = kv_cache_bytes(model, 1)
+    pair = sum((min(n, model.window) if window else n) * per_token for n in BATCH_TOKENS)
+    return len(BATCH_TOKENS) * (room // pair)
 
 
 @exercise("ex-inference-batch")
 def batch(my_batch) -> Verdict:
-    """The largest batch of 8192-token sequences Mistral 7B can serve in 80 GiB."""
+    """The largest batch of equally many 3000- and 12000-token sequences that Mistral 7B
+    can serve in 80 GiB."""
     value = _integer("my_batch", my_batch)
     answer = largest_batch()
     model = PUBLISHED[BATCH_MODEL]
-    per_sequence = kv_cache_bytes(model, BATCH_TOKENS)
+    room = BATCH_MEMORY - int(weight_bytes(model))
     if value == answer:
-        return Verdict(True, "Without the sliding window each sequence would need twice the "
-                             "cache, and the batch would be about half as large.")
-    if value == (BATCH_MEMORY - int(weight_bytes(model))) // (2 * per_sequence):
+        return Verdict(True, "The short sequences hold every position they have, the long "
+                             "ones only the window's; without the window the batch would "
+                             "be about half as large.")
+    if value == largest_batch(window=False):
         return Verdict(False, "with a window of 4096 positions, how many positions does each "
-                              "layer's cache hold for a sequence of 8192 tokens?")
+                              "layer's cache hold for a sequence of 12000 tokens?")
+    if value == 2 * (room // (2 * kv_cache_bytes(model, model.window))):
+        return Verdict(False, "a sequence shorter than the window has fewer positions to "
+                              "keep than the window allows.")
+    if value % len(BATCH_TOKENS):
+        return Verdict(False, "the batch holds as many short sequences as long ones, so its "
+                              "size is even.")
     if value > answer:
         return Verdict(False, f"{value} sequences do not fit: leave room for the weights "
                               f"(2 bytes per parameter) and round down.")
     return Verdict(False, f"{value} sequences fit, but so do more; divide the memory left "
-                          f"after the weights by one sequence's cache, and round down.")
+                          f"after the weights by the cache of one short and one long "
+                          f"sequence, and round down.")
 
 
 def intensity_limit() -> float:
@@ -128,28 +137,21 @@ def intensity(my_intensity, my_queries) -> Verdict:
                           "up to a whole number of queries.", details)
 
 
-def window_reach() -> int:
-    """How many positions back the last layer's output can depend on: each of the
-    ``layers`` windows of ``window`` positions (the position itself among them) adds
-    ``window - 1``."""
-    model = PUBLISHED[WINDOW_MODEL]
-    return model.layers * (model.window - 1)
+@exercise("ex-inference-decode-step")
+def decode_step(fn) -> Verdict:
+    """A reader-written ``my_decode_step(q_new, k_new, v_new, k_cache, v_cache)``, put
+    through :func:`attncore.testing.check_kv_cache_decode` (PyTorch as the reference)."""
+    from ...testing import check_kv_cache_decode
 
-
-@exercise("ex-inference-window")
-def window(my_reach) -> Verdict:
-    """The largest r such that the token at position i - r can change the output of Mistral
-    7B's last layer at position i."""
-    reach = _integer("my_reach", my_reach)
-    model = PUBLISHED[WINDOW_MODEL]
-    if reach == window_reach():
-        return Verdict(True, "Every layer adds one window's reach; what comes from further "
-                             "back travels in the hidden states of the positions between.")
-    if reach == model.layers * model.window:
-        return Verdict(False, "close: a window of W positions includes the position itself, "
-                              "so one layer reaches W - 1 positions back.")
-    if reach in (model.window, model.window - 1):
-        return Verdict(False, "that is one layer's reach; the next layer reads hidden states "
-                              "that each already saw a window further back.")
-    return Verdict(False, "follow the influence layer by layer: how far back does the first "
-                          "layer read, and how much further does each layer above add?")
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_decode_step(q_new, k_new, v_new, "
+                              f"k_cache, v_cache), got {type(fn).__name__}")
+    report = check_kv_cache_decode(fn)
+    if report.passed:
+        return Verdict(True, f"Your decoding step has all {len(report.results)} properties "
+                             "the course checks, including agreement with PyTorch's "
+                             "grouped-query attention over the whole sequence.")
+    failed = report.failed
+    return Verdict(False, f"{len(failed)} of the properties failed ({', '.join(failed)}). "
+                          "print(ac.testing.check_kv_cache_decode(my_decode_step)) shows the "
+                          "small input each one failed on.")

@@ -143,7 +143,8 @@ def _masked_block_cases() -> list[tuple[str, dict]]:
     mask[1] = False                 # a query that may see nothing
     mask[2] = False
     mask[2, -1] = True              # only the last key, in a short last block
-    return [(f"blocks of {b}", dict(q=q, k=k, v=v, mask=mask, block_size=b))
+    shapes = f"q {q.shape}, k {k.shape}, v {v.shape}, mask {mask.shape}"
+    return [(f"{shapes}, blocks of {b}", dict(q=q, k=k, v=v, mask=mask, block_size=b))
             for b in (4, 5, 21)]
 
 
