@@ -9,12 +9,19 @@ named for what it checks:
 
 * :func:`check_attention` (:mod:`attncore.testing.attention`): scaled dot-product
   attention with masks, ``fn(q, k, v, mask=None, causal=False)``.
+* :func:`check_gather_pages` (:mod:`attncore.testing.paged_gather`): a sequence's keys
+  read out of a paged cache's blocks, ``fn(key_blocks, block_table, length)``.
+* :func:`check_speculative_round` (:mod:`attncore.testing.speculative_round`): one round
+  of speculative sampling, ``fn(p_target, p_draft, draft_tokens, rng)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
 """
 
 from .attention import PROPERTIES, AttentionCheck, check_attention
+from .paged_gather import check_gather_pages
+from .speculative_round import check_speculative_round
 from .report import CheckReport, PropertyResult
 
-__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention"]
+__all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
+           "check_gather_pages", "check_speculative_round"]
