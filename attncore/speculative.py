@@ -309,9 +309,9 @@ def context_ngram_draft(tokens: Any, gamma: int, *, max_n: int = 3) -> np.ndarra
 class SpeculativeResult(NamedTuple):
     """What :func:`speculative_decode` produced.
 
-    A round cut by ``eos_id`` counts only its tokens up to the end-of-sequence token:
-    the drafted tokens after it, and the target's token after them, are not emitted, and
-    are counted neither as proposed, nor as kept, nor as emitted.
+    A round cut by ``eos_id`` keeps only its tokens up to the end-of-sequence token: the
+    drafted tokens after it, and the target's token after them, count as proposed (the
+    pass scored them) but neither as kept nor as emitted.
 
     Attributes
     ----------
@@ -320,7 +320,8 @@ class SpeculativeResult(NamedTuple):
     target_calls : int
         Passes of the target model (one per round; the first also reads the prompt).
     proposed, accepted : list of int
-        Per round, the drafted tokens proposed and how many of them were kept.
+        Per round, the drafted tokens proposed (the pass scored them all, and one
+        position more) and how many of them were kept in ``tokens``.
     emitted : list of int, optional
         Per round, the tokens it added to ``tokens``: ``accepted + 1`` (the kept drafted
         tokens and the target's own token), or ``accepted`` for a round that ended on a
@@ -336,7 +337,7 @@ class SpeculativeResult(NamedTuple):
 
     @property
     def acceptance_rate(self) -> float:
-        """Kept drafted tokens over proposed ones (NaN if none was proposed)."""
+        """Drafted tokens kept over drafted tokens proposed (NaN if none was proposed)."""
         total = sum(self.proposed)
         return sum(self.accepted) / total if total else float("nan")
 
@@ -396,7 +397,7 @@ def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
     -------
     SpeculativeResult
         The tokens, the target's passes, and per round the proposed, kept and emitted
-        tokens (a round cut by ``eos_id`` counted up to that token only).
+        tokens (a round cut by ``eos_id`` keeps and emits its tokens up to that one).
 
     Raises
     ------
@@ -477,7 +478,6 @@ def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
         if stop:                           # nothing after the end-of-sequence token counts
             emitted = emitted[:int(np.argmax(emitted == eos_id)) + 1]
             kept = min(kept, len(emitted))
-            m = min(m, len(emitted))
         proposed.append(m)
         accepted.append(kept)
         emitted_per_round.append(len(emitted))
