@@ -309,6 +309,10 @@ def context_ngram_draft(tokens: Any, gamma: int, *, max_n: int = 3) -> np.ndarra
 class SpeculativeResult(NamedTuple):
     """What :func:`speculative_decode` produced.
 
+    A round cut by ``eos_id`` keeps only its tokens up to the end-of-sequence token: the
+    drafted tokens after it, and the target's token after them, count as proposed (the
+    pass scored them) but neither as kept nor as emitted.
+
     Attributes
     ----------
     tokens : numpy.ndarray of int64, shape ``(n0 + new,)``
@@ -316,25 +320,33 @@ class SpeculativeResult(NamedTuple):
     target_calls : int
         Passes of the target model (one per round; the first also reads the prompt).
     proposed, accepted : list of int
-        Per round, the tokens the draft proposed and how many of them were kept.
+        Per round, the drafted tokens proposed (the pass scored them all, and one
+        position more) and how many of them were kept in ``tokens``.
+    emitted : list of int, optional
+        Per round, the tokens it added to ``tokens``: ``accepted + 1`` (the kept drafted
+        tokens and the target's own token), or ``accepted`` for a round that ended on a
+        drafted end-of-sequence token. None (for a result built by hand): taken to be
+        ``accepted + 1`` in every round.
     """
 
     tokens: np.ndarray
     target_calls: int
     proposed: list[int]
     accepted: list[int]
+    emitted: list[int] | None = None
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted draft tokens over proposed ones (NaN if none was proposed)."""
+        """Drafted tokens kept over drafted tokens proposed (NaN if none was proposed)."""
         total = sum(self.proposed)
         return sum(self.accepted) / total if total else float("nan")
 
     @property
     def tokens_per_call(self) -> float:
-        """New tokens per pass of the target (1 without speculation)."""
-        new = sum(self.accepted) + len(self.accepted)
-        return new / self.target_calls if self.target_calls else float("nan")
+        """New tokens kept per pass of the target (1 without speculation)."""
+        emitted = self.emitted if self.emitted is not None else \
+            [a + 1 for a in self.accepted]
+        return sum(emitted) / self.target_calls if self.target_calls else float("nan")
 
 
 def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
@@ -384,7 +396,8 @@ def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
     Returns
     -------
     SpeculativeResult
-        The tokens, the target's passes, and the proposed and accepted tokens per round.
+        The tokens, the target's passes, and per round the proposed, kept and emitted
+        tokens (a round cut by ``eos_id`` keeps and emits its tokens up to that one).
 
     Raises
     ------
@@ -424,7 +437,7 @@ def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
 
     caches = [KVCache.for_layer(b.attn, n0 + n_new) for b in model.blocks]
     tokens = prompt.astype(np.int64)
-    calls, proposed, accepted = 0, [], []
+    calls, proposed, accepted, emitted_per_round = 0, [], [], []
     grad = torch.no_grad() if model.backend != NUMPY else None
     while len(tokens) < n0 + n_new:
         k = min(gamma, n0 + n_new - len(tokens) - 1)
@@ -459,12 +472,16 @@ def speculative_decode(model: LanguageModel, prompt_ids: Any, n_new: int, *,
             proposal_in = proposal
         emitted = np.asarray(speculative_accept(p, q, proposal_in, generator=generator))
         kept = len(emitted) - 1
-        proposed.append(m)
-        accepted.append(kept)
         for cache in caches:               # the context and the kept proposal, not the rest
             cache.truncate(len(tokens) + kept)
+        stop = eos_id is not None and bool((emitted == eos_id).any())
+        if stop:                           # nothing after the end-of-sequence token counts
+            emitted = emitted[:int(np.argmax(emitted == eos_id)) + 1]
+            kept = min(kept, len(emitted))
+        proposed.append(m)
+        accepted.append(kept)
+        emitted_per_round.append(len(emitted))
         tokens = np.concatenate([tokens, emitted.astype(np.int64)])
-        if eos_id is not None and (emitted == eos_id).any():
-            tokens = tokens[:len(tokens) - len(emitted) + int(np.argmax(emitted == eos_id)) + 1]
+        if stop:
             break
-    return SpeculativeResult(tokens, calls, proposed, accepted)
+    return SpeculativeResult(tokens, calls, proposed, accepted, emitted_per_round)

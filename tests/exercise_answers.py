@@ -138,6 +138,31 @@ _DECODE_STEP = """def my_decode_step(q_new, k_new, v_new, k_cache, v_cache):
     a /= a.sum(axis=-1, keepdims=True)
     return a @ v_rep, k, v"""
 
+# Chapter 16's read of a sequence's keys through its block table, the blocks as a slot.
+_GATHER_PAGES = """def my_gather_pages(key_blocks, block_table, length):
+    table = np.asarray(block_table, dtype=int)
+    return {blocks}.reshape(-1, key_blocks.shape[-1])[:length]"""
+
+# Chapter 17's round of speculative sampling around the chapter's one-token rule, with what
+# a rejected token is replaced from as a slot.
+_SPECULATIVE_ROUND = """def sample(dist, u):
+    cdf = np.cumsum(dist)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(dist) - 1)
+
+def verify_one(p, q, x, rng):
+    if rng.random() * q[x] < p[x]:
+        return x, True
+    return sample(np.maximum({residual}, 0.0), rng.random()), False
+
+def my_speculative_round(p_target, p_draft, draft_tokens, rng):
+    out = []
+    for i, x in enumerate(draft_tokens):
+        token, kept = verify_one(p_target[i], p_draft[i], int(x), rng)
+        out.append(token)
+        if not kept:
+            return out
+    return out + [sample(p_target[len(draft_tokens)], rng.random())]"""
+
 # Chapter 19's delta rule with one gate per key channel; the right answer scales the old
 # memory by the gate before the delta write reads it.
 _CHANNEL_GATED = """def my_channel_gated(q, k, v, alpha, beta):
@@ -474,6 +499,11 @@ ANSWERS: dict[str, Answers] = {
                                 wrong={"my_values": "[0.26, -0.04]"}),
     "ex-llms-int8-weights": Answers(right={"my_factor": "math.exp(2 * 0.01 * 8 / 8)"},
                                     wrong={"my_factor": "math.exp(0.01 * 8 / 8)"}),  # numerator only
+    "ex-llms-gather-pages": Answers(
+        right={"my_gather_pages": _GATHER_PAGES.format(blocks="key_blocks[table]")},
+        # the first blocks of the pool, not the table's
+        wrong={"my_gather_pages": _GATHER_PAGES.format(
+            blocks="key_blocks[:len(table)]")}),
     # --- chapter 17, latent attention and speculative decoding
     #     (17_latent_attention_and_speculative_decoding.ipynb) ------------------------------
     "ex-llms-gamma": Answers(right={"my_gamma": "6"},
@@ -481,6 +511,10 @@ ANSWERS: dict[str, Answers] = {
     "ex-llms-mla-intensity": Answers(
         right={"my_intensity": "2 * 128 * (576 + 512) / (576 * 2)"},
         wrong={"my_intensity": "2 * 128 * 576 / (576 * 2)"}),   # the scores alone
+    "ex-llms-speculative-round": Answers(
+        right={"my_speculative_round": _SPECULATIVE_ROUND.format(residual="p - q")},
+        # a rejected token replaced from the target's p, not from the residual
+        wrong={"my_speculative_round": _SPECULATIVE_ROUND.format(residual="p")}),
     # --- chapter 18, windows, sinks and learned sparsity
     #     (18_windows_sinks_and_sparsity.ipynb) ------------------------------------------
     "ex-windows-reach": Answers(right={"my_reach": "32 * 4095"},

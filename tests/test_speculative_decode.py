@@ -185,3 +185,42 @@ def test_speculative_decode_bad_input():
         ac.speculative_decode(m, PROMPT, 4, draft=lambda t, k: [50] * k, gamma=2)
     with pytest.raises(TypeError, match="model: expected a LanguageModel"):
         ac.speculative_decode("model", PROMPT, 4, draft=draft)
+
+
+def test_counts_stop_at_eos_inside_a_round():
+    # An oracle draft (rounds of 6 tokens) and an end-of-sequence token that is the first
+    # drafted token of the third round: the 5 tokens after it are neither emitted nor
+    # counted as kept (tokens_per_call counted them: 18/3 instead of 13/3).
+    m = llama()
+    n0 = len(PROMPT)
+    greedy = ac.generate(m, PROMPT, 24, temperature=0)
+    new = greedy[n0:]
+    j = int(np.argmax(new != new[0]))            # the first occurrence of a second token
+    assert j == 12
+    eos = int(new[j])
+
+    def oracle(tokens, k):
+        return greedy[len(tokens):len(tokens) + k]
+
+    run = ac.speculative_decode(m, PROMPT, 24, draft=oracle, gamma=5, eos_id=eos)
+    np.testing.assert_array_equal(run.tokens, greedy[:n0 + j + 1])
+    assert run.target_calls == 3
+    assert run.proposed == [5, 5, 5] and run.accepted == [5, 5, 1]
+    assert run.emitted == [6, 6, 1]
+    assert run.tokens_per_call == pytest.approx(13 / 3)
+    assert run.acceptance_rate == pytest.approx(11 / 15)     # 4 proposed, not kept
+
+
+def test_tokens_per_call_counts_the_kept_tokens_with_a_context_draft():
+    # eos emitted by the target itself or inside an accepted run: either way the count is
+    # the new tokens kept over the passes
+    m = llama()
+    greedy = ac.generate(m, PROMPT, 30, temperature=0)
+    for eos in {int(t) for t in greedy[len(PROMPT):]}:
+        run = ac.speculative_decode(m, PROMPT, 30, draft=ac.context_ngram_draft,
+                                    eos_id=eos)
+        new = len(run.tokens) - len(PROMPT)
+        assert sum(run.emitted) == new
+        assert run.tokens_per_call == pytest.approx(new / run.target_calls)
+        assert all(e in (a, a + 1) for e, a in zip(run.emitted, run.accepted))
+        assert all(0 <= a <= p for a, p in zip(run.accepted, run.proposed))

@@ -106,8 +106,9 @@ def sample_autoregressive(model: Model, prompt: Sequence[int], n_new: int, *,
 
 class SpeculativeRun(NamedTuple):
     """What :func:`speculative_generate` produced: the tokens, the calls of the target
-    (each scores ``gamma + 1`` positions at once), and the draft tokens accepted per
-    round."""
+    (each scores ``gamma + 1`` positions at once), and the draft tokens the target
+    accepted per round (the test results: in the last round, tokens past ``n_new`` count
+    too, although they are dropped from ``tokens``)."""
 
     tokens: list[int]
     target_calls: int

@@ -25,6 +25,10 @@ named for what it checks:
   attention, ``fn(q, k, v, d_out, causal=False) -> (dq, dk, dv)``.
 * :func:`check_kv_cache_decode` (:mod:`attncore.testing.kv_cache`): one decoding step with
   a KV cache and grouped-query attention, ``fn(q_new, k_new, v_new, k_cache, v_cache)``.
+* :func:`check_gather_pages` (:mod:`attncore.testing.paged_gather`): a sequence's keys
+  read out of a paged cache's blocks, ``fn(key_blocks, block_table, length)``.
+* :func:`check_speculative_round` (:mod:`attncore.testing.speculative_round`): one round
+  of speculative sampling, ``fn(p_target, p_draft, draft_tokens, rng)``.
 
 What the checks share (calling your function safely, the report) is in
 :mod:`attncore.testing.runner` and :mod:`attncore.testing.report`.
@@ -36,12 +40,14 @@ from .delta_step import check_delta_step
 from .kv_cache import check_kv_cache_decode
 from .merge import check_merge
 from .multi_head import check_multi_head_attention
+from .paged_gather import check_gather_pages
 from .report import CheckReport, PropertyResult
 from .rope import check_rope
 from .softmax import check_softmax
+from .speculative_round import check_speculative_round
 from .window_mask import check_window_mask
 
 __all__ = ["AttentionCheck", "CheckReport", "PROPERTIES", "PropertyResult", "check_attention",
            "check_attention_backward", "check_delta_step", "check_kv_cache_decode",
            "check_merge", "check_multi_head_attention", "check_rope", "check_softmax",
-           "check_window_mask"]
+           "check_window_mask", "check_gather_pages", "check_speculative_round"]

@@ -3,8 +3,9 @@
 Each checker recomputes what it compares with from the chapter's definitions: the decoding
 step of a left-padded batch is run through :func:`attncore.rope_multi_head_attention` and
 compared with each sequence alone, int8 rounding is done by :class:`attncore.Int8KVCache`,
-and the bound on the attention weights is derived from the int8 error bound. Hints point
-at the method, never at the number.
+and the bound on the attention weights is derived from the int8 error bound. The reader's
+reading of a paged cache is put through :func:`attncore.testing.check_gather_pages`. Hints
+point at the method, never at the number.
 """
 
 from __future__ import annotations
@@ -135,3 +136,25 @@ def int8_weights(factor) -> Verdict:
     return Verdict(False, "first bound the error of one score q . k / sqrt(d) from the error "
                           "of each key number, then see how far a softmax weight can move "
                           "when every score moves by at most that much.")
+
+
+@exercise("ex-llms-gather-pages")
+def gather_pages(fn) -> Verdict:
+    """A reader-written ``my_gather_pages(key_blocks, block_table, length)``, put through
+    :func:`attncore.testing.check_gather_pages` on fresh pools and tables."""
+    from ...testing import check_gather_pages
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_gather_pages(key_blocks, "
+                              f"block_table, length), got {type(fn).__name__}")
+    report = check_gather_pages(fn)
+    if report.passed:
+        return Verdict(True, f"your function has all {len(report.results)} properties: it "
+                             "reads every position from its block and slot, stops at the "
+                             "sequence's length, and follows any order of blocks.")
+    failed = report.failed
+    first = report[failed[0]]
+    return Verdict(False, f"{len(failed)} of the {len(report.results)} properties failed "
+                          f"({', '.join(failed)}). The first: {first.detail}, on "
+                          f"{first.input}. print(ac.testing.check_gather_pages("
+                          "my_gather_pages)) shows each one.")

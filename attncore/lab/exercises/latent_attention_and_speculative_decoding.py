@@ -2,7 +2,9 @@
 
 Each checker recomputes what it compares with from the chapter's definitions: the cost
 model of speculative decoding, and the flops and bytes of a decoding step of DeepSeek-V2's
-absorbed attention. Hints point at the method, never at the number.
+absorbed attention. The reader's round of speculative sampling is put through
+:func:`attncore.testing.check_speculative_round`, which tests the law of what it emits.
+Hints point at the method, never at the number.
 """
 
 from __future__ import annotations
@@ -73,3 +75,26 @@ def mla_intensity(intensity) -> Verdict:
     return Verdict(False, "per cached token: the flops of every head's score and of its "
                           "share of the weighted average, over the bytes of the one row "
                           "the cache holds for that token.")
+
+
+@exercise("ex-llms-speculative-round")
+def speculative_round(fn) -> Verdict:
+    """A reader-written ``my_speculative_round(p_target, p_draft, draft_tokens, rng)``, put
+    through :func:`attncore.testing.check_speculative_round`: its properties, and the law
+    of its tokens by the chi-square test."""
+    from ...testing import check_speculative_round
+
+    if not callable(fn):
+        return Verdict(False, f"expected a function my_speculative_round(p_target, "
+                              f"p_draft, draft_tokens, rng), got {type(fn).__name__}")
+    report = check_speculative_round(fn)
+    if report.passed:
+        return Verdict(True, f"your round has all {len(report.results)} properties, and "
+                             "the tokens it emits follow the target's law, not the "
+                             "draft's, by the chi-square test.")
+    failed = report.failed
+    first = report[failed[0]]
+    return Verdict(False, f"{len(failed)} of the {len(report.results)} properties failed "
+                          f"({', '.join(failed)}). The first: {first.detail}, on "
+                          f"{first.input}. print(ac.testing.check_speculative_round("
+                          "my_speculative_round)) shows each one.")
