@@ -33,6 +33,43 @@ _Q4_1 = ("def my_q4_1(block):\n"
          "    q = np.clip({rounding}((block - lo) / d), 0, 15)\n"
          "    return np.float32(np.float16(d)) * q + np.float32(np.float16(lo))")
 
+# Chapter 13's Llama block, with the grouping of the query heads onto the key/value heads as a
+# slot (repeat_interleave: consecutive query heads share a key/value head, attncore's order).
+_LLAMA_BLOCK = ("import math\nimport torch\n\n"
+                "def my_llama_block(x, block):\n"
+                "    a, (n, d) = block.attn, x.shape\n"
+                "    h, h_kv, d_h = a.num_heads, a.n_kv_heads, a.d_head\n"
+                "\n"
+                "    def rms_norm(z, gain):\n"
+                "        ms = z.pow(2).mean(-1, keepdim=True)\n"
+                "        return z / torch.sqrt(ms + block.eps) * gain\n"
+                "\n"
+                "    def rope(z):                      # pairs (i, i + d_h / 2)\n"
+                "        half = d_h // 2\n"
+                "        i = torch.arange(half, dtype=torch.float64)\n"
+                "        w = block.rope_base ** (-i / half)\n"
+                "        angle = torch.arange(n, dtype=torch.float64)[:, None] * w\n"
+                "        cos, sin = angle.cos().to(z.dtype), angle.sin().to(z.dtype)\n"
+                "        z1, z2 = z[..., :half], z[..., half:]\n"
+                "        return torch.cat([z1 * cos - z2 * sin, z1 * sin + z2 * cos], -1)\n"
+                "\n"
+                "    def heads(z, count):              # (n, count * d_h) -> (count, n, d_h)\n"
+                "        return z.reshape(n, count, d_h).transpose(0, 1)\n"
+                "\n"
+                "    r = rms_norm(x, block.ln1_weight)\n"
+                "    q = rope(heads(r @ a.w_q, h))\n"
+                "    k = rope(heads(r @ a.w_k, h_kv)).{grouping}(h // h_kv, 0)\n"
+                "    v = heads(r @ a.w_v, h_kv).{grouping}(h // h_kv, 0)\n"
+                "    scores = q @ k.transpose(-1, -2) / math.sqrt(d_h)\n"
+                "    later = torch.ones(n, n, dtype=torch.bool).triu(1)\n"
+                "    weights = scores.masked_fill(later, float(\"-inf\")).softmax(-1)\n"
+                "    x = x + (weights @ v).transpose(0, 1).reshape(n, d) @ a.w_o\n"
+                "    r = rms_norm(x, block.ln2_weight)\n"
+                "    gate = r @ block.w_ff1\n"
+                "    up = r @ block.w_ff3\n"
+                "    return x + (gate * torch.sigmoid(gate) * up) @ block.w_ff2\n"
+                )
+
 # Chapter 14's row log-sum-exp kernel, with the mask of the last tile of columns as a slot.
 _ROW_LSE = """import triton
 import triton.language as tl
@@ -280,6 +317,10 @@ ANSWERS: dict[str, Answers] = {
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
     # --- chapter 13, a real LLM (13_a_real_llm.ipynb) ------------------------------------
+    "ex-real-llm-llama-block": Answers(
+        right={"my_llama_block": _LLAMA_BLOCK.format(grouping="repeat_interleave")},
+        # query head i reads key/value head i % n_kv_heads
+        wrong={"my_llama_block": _LLAMA_BLOCK.format(grouping="repeat")}),
     "ex-real-llm-quantize": Answers(
         right={"my_q4_1": _Q4_1.format(rounding="np.round")},
         wrong={"my_q4_1": _Q4_1.format(rounding="np.floor")}),   # truncated codes
