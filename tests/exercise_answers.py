@@ -327,8 +327,6 @@ ANSWERS: dict[str, Answers] = {
     "ex-real-llm-cache-crossover": Answers(
         right={"my_tokens": "math.ceil(96576768 / (2 * 30 * 3 * 64 * 2))"},
         wrong={"my_tokens": "math.ceil(96576768 / (2 * 30 * 9 * 64 * 2))"}),  # 9 kv heads
-    "ex-real-llm-sink-score": Answers(right={"my_score": "math.log(900)"},
-                                      wrong={"my_score": "math.log(9)"}),   # share / rest
     # --- chapter 14, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
                                  wrong={"my_ratio": "8"}),   # blocks, not scores

@@ -82,9 +82,9 @@ def cache_crossover(my_tokens) -> Verdict:
     weights, per_token = _file_facts()
     want = math.ceil(weights / per_token)
     if abs(tokens - want) <= 1:
-        return Verdict(True, "A few tens of thousands of tokens of one conversation hold as "
-                             "many bytes as the whole 4-bit model: at long contexts, and "
-                             "with many sequences at once, the cache is what fills memory.")
+        return Verdict(True, "A few thousand tokens of one conversation hold as many bytes "
+                             "as the whole 4-bit model: at long contexts, and with many "
+                             "sequences at once, the cache is what fills memory.")
     if abs(tokens - want / 3) <= 2 or abs(tokens - 2 * want) <= 2:
         hint = ("count keys and values, in every layer, for the 3 key/value heads the "
                 "cache stores (not the 9 query heads).")
@@ -92,24 +92,6 @@ def cache_crossover(my_tokens) -> Verdict:
         hint = ("divide the bytes of all the file's tensors by the cache's bytes per "
                 "token: 2 (key and value) x layers x key/value heads x head width x 2 bytes.")
     return Verdict(False, hint)
-
-
-# ex-real-llm-sink-score: a query with N other keys, all scoring 0, parks a share P of its
-# weight on the first token.
-SINK_OTHER_KEYS, SINK_SHARE = 100, 0.9
-
-
-@exercise("ex-real-llm-sink-score")
-def sink_score(my_score) -> Verdict:
-    """The score the first key needs for a share P of the weight against N keys at 0."""
-    score = real_answer("my_score", my_score)
-    got = 1 / (1 + SINK_OTHER_KEYS * math.exp(-score))
-    if abs(got - SINK_SHARE) < 5e-4:
-        return Verdict(True, "The score grows only with the logarithm of the number of other "
-                             "keys: a sink stays cheap in long contexts.")
-    return Verdict(False, f"with that score the first token gets {got:.3f} of the weight. "
-                          f"Write its softmax weight with the other keys' exp(0) = 1 in the "
-                          f"denominator, set it to the share and solve for the score.")
 
 
 # ex-real-llm-llama-block: the reader's Llama block, my_llama_block(x, block), checked on
