@@ -68,6 +68,96 @@ _Q4_1 = ("def my_q4_1(block):\n"
          "    q = np.clip({rounding}((block - lo) / d), 0, 15)\n"
          "    return np.float32(np.float16(d)) * q + np.float32(np.float16(lo))")
 
+# Chapter 12's post-LN encoder layer in NumPy, and the pre-norm layer of GPT-2 as the wrong
+# answer.
+_ENCODER_LAYER = ("import math\nimport numpy as np\nfrom attncore.pretrained import erf\n\n"
+                "def my_encoder_layer(x, mask, layer, eps):\n"
+                "    a = layer.attention\n"
+                "    b, n, d = x.shape\n"
+                "    h, d_h = a.num_heads, d // a.num_heads\n"
+                "\n"
+                "    def layer_norm(z, norm):\n"
+                "        mu = z.mean(-1, keepdims=True)\n"
+                "        var = ((z - mu) ** 2).mean(-1, keepdims=True)\n"
+                "        return (z - mu) / np.sqrt(var + eps) * norm.gain + norm.shift\n"
+                "\n"
+                "    def heads(z):                     # (b, n, d) -> (b, h, n, d_h)\n"
+                "        return z.reshape(b, n, h, d_h).transpose(0, 2, 1, 3)\n"
+                "\n"
+                "    q, k, v = (heads(x @ w + bias) for w, bias in\n"
+                "               ((a.w_q, a.b_q), (a.w_k, a.b_k), (a.w_v, a.b_v)))\n"
+                "    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d_h)\n"
+                "    scores = np.where(mask[:, None, None, :], scores, -np.inf)\n"
+                "    weights = np.exp(scores - scores.max(-1, keepdims=True))\n"
+                "    weights /= weights.sum(-1, keepdims=True)\n"
+                "    attended = (weights @ v).transpose(0, 2, 1, 3).reshape(b, n, d)\n"
+                "    x = layer_norm(x + attended @ a.w_o + a.b_o, layer.attention_norm)\n"
+                "    z = x @ layer.w_1 + layer.b_1\n"
+                "    phi = 0.5 * (1 + erf(z / math.sqrt(2)))     # attncore.pretrained.erf\n"
+                "    ffn = (z * phi) @ layer.w_2 + layer.b_2\n"
+                "    return layer_norm(x + ffn, layer.output_norm)\n"
+                  )
+_PRE_NORM_ENCODER_LAYER = (
+    "import math\nimport attncore as ac\n"
+    "from attncore.pretrained import erf, layer_norm as _ln\n\n"
+    "def my_encoder_layer(x, mask, layer, eps):\n"
+    "    n1, n2 = layer.attention_norm, layer.output_norm\n"
+    "    h = x + ac.multi_head_attention(layer.attention, _ln(x, n1.gain, n1.shift, "
+    "eps=eps), mask=mask[:, None, :])\n"
+    "    z = _ln(h, n2.gain, n2.shift, eps=eps) @ layer.w_1 + layer.b_1\n"
+    "    return h + (z * 0.5 * (1 + erf(z / math.sqrt(2)))) @ layer.w_2 + layer.b_2")
+
+# Chapter 11's training step over micro-batches, with the first zero_grad as a slot.
+_TRAIN_STEP = ("import torch.nn.functional as F\n\n"
+               "def my_train_step(model, opt, x, y, micro_batches):\n"
+               "    {zero_grad}\n"
+               "    total = 0.0\n"
+               "    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):\n"
+               "        logits = ac.lm_logits(model, xs)\n"
+               "        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),\n"
+               "                               ys.reshape(-1))\n"
+               "        (loss / micro_batches).backward()\n"
+               "        total += loss.item() / micro_batches\n"
+               "    opt.step()\n"
+               "    return total")
+
+# Chapter 13's Llama block, with the grouping of the query heads onto the key/value heads as a
+# slot (repeat_interleave: consecutive query heads share a key/value head, attncore's order).
+_LLAMA_BLOCK = ("import math\nimport torch\n\n"
+                "def my_llama_block(x, block):\n"
+                "    a, (n, d) = block.attn, x.shape\n"
+                "    h, h_kv, d_h = a.num_heads, a.n_kv_heads, a.d_head\n"
+                "\n"
+                "    def rms_norm(z, gain):\n"
+                "        ms = z.pow(2).mean(-1, keepdim=True)\n"
+                "        return z / torch.sqrt(ms + block.eps) * gain\n"
+                "\n"
+                "    def rope(z):                      # pairs (i, i + d_h / 2)\n"
+                "        half = d_h // 2\n"
+                "        i = torch.arange(half, dtype=torch.float64)\n"
+                "        w = block.rope_base ** (-i / half)\n"
+                "        angle = torch.arange(n, dtype=torch.float64)[:, None] * w\n"
+                "        cos, sin = angle.cos().to(z.dtype), angle.sin().to(z.dtype)\n"
+                "        z1, z2 = z[..., :half], z[..., half:]\n"
+                "        return torch.cat([z1 * cos - z2 * sin, z1 * sin + z2 * cos], -1)\n"
+                "\n"
+                "    def heads(z, count):              # (n, count * d_h) -> (count, n, d_h)\n"
+                "        return z.reshape(n, count, d_h).transpose(0, 1)\n"
+                "\n"
+                "    r = rms_norm(x, block.ln1_weight)\n"
+                "    q = rope(heads(r @ a.w_q, h))\n"
+                "    k = rope(heads(r @ a.w_k, h_kv)).{grouping}(h // h_kv, 0)\n"
+                "    v = heads(r @ a.w_v, h_kv).{grouping}(h // h_kv, 0)\n"
+                "    scores = q @ k.transpose(-1, -2) / math.sqrt(d_h)\n"
+                "    later = torch.ones(n, n, dtype=torch.bool).triu(1)\n"
+                "    weights = scores.masked_fill(later, float(\"-inf\")).softmax(-1)\n"
+                "    x = x + (weights @ v).transpose(0, 1).reshape(n, d) @ a.w_o\n"
+                "    r = rms_norm(x, block.ln2_weight)\n"
+                "    gate = r @ block.w_ff1\n"
+                "    up = r @ block.w_ff3\n"
+                "    return x + (gate * torch.sigmoid(gate) * up) @ block.w_ff2\n"
+                )
+
 # Chapter 14's row log-sum-exp kernel, with the mask of the last tile of columns as a slot.
 _ROW_LSE = """import triton
 import triton.language as tl
@@ -417,10 +507,10 @@ ANSWERS: dict[str, Answers] = {
             repeat="np.concatenate([x] * g, axis=-3)")}),
     # --- end of chapter 10 -----------------------------------------------------------------
     # --- chapter 11, inside a pretrained transformer (12_inside_a_pretrained_model.ipynb) ---
-    "ex-inside-layer-parameters": Answers(
-        right={"my_layer_parameters": "4 * 384 * 384 + 4 * 384 + 2 * 384 * 1536 + 1536 + 384"
-                                      " + 2 * 2 * 384"},
-        wrong={"my_layer_parameters": "4 * 384 * 384 + 4 * 384"}),
+    "ex-inside-encoder-layer": Answers(
+        right={"my_encoder_layer": _ENCODER_LAYER},
+        # pre-norm: each sub-layer reads a normalised copy, the stream is never normalised
+        wrong={"my_encoder_layer": _PRE_NORM_ENCODER_LAYER}),
     "ex-inside-mean-pool": Answers(
         right={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
                                "    w = mask[..., None].astype(hidden.dtype)\n"
@@ -440,6 +530,26 @@ ANSWERS: dict[str, Answers] = {
         right={"my_layer": "5", "my_cosine": "0.936"},
         wrong={"my_layer": "0", "my_cosine": "0.936"}),
     # --- chapter 12, the whole transformer (11_the_whole_transformer.ipynb) ----------------
+    "ex-capstone-block": Answers(
+        right={"my_block": "def my_block(x, params):\n"
+                           "    p = params\n"
+                           "    h = ac.layer_norm(x, p.ln1_weight, p.ln1_bias, eps=p.eps)\n"
+                           "    x = x + ac.multi_head_attention(p.attn, h, causal=True)\n"
+                           "    h = ac.layer_norm(x, p.ln2_weight, p.ln2_bias, eps=p.eps)\n"
+                           "    return x + ac.feed_forward(h, p.w_ff1, p.b_ff1, p.w_ff2, "
+                           "p.b_ff2)"},
+        # post-norm: the stream normalised after each sum
+        wrong={"my_block": "def my_block(x, params):\n"
+                           "    p = params\n"
+                           "    x = ac.layer_norm(x + ac.multi_head_attention(p.attn, x, "
+                           "causal=True), p.ln1_weight, p.ln1_bias, eps=p.eps)\n"
+                           "    return ac.layer_norm(x + ac.feed_forward(x, p.w_ff1, "
+                           "p.b_ff1, p.w_ff2, p.b_ff2), p.ln2_weight, p.ln2_bias, "
+                           "eps=p.eps)"}),
+    "ex-capstone-accumulate": Answers(
+        right={"my_train_step": _TRAIN_STEP.format(zero_grad="opt.zero_grad()")},
+        # no zero_grad: the gradients of an earlier step are added in
+        wrong={"my_train_step": _TRAIN_STEP.format(zero_grad="pass")}),
     "ex-capstone-gpt2-parameters": Answers(
         right={"my_parameters": "12 * (4 * 768 * 768 + 4 * 768 + 2 * 768 * 3072 + 3072 + 768"
                                 " + 4 * 768) + 50257 * 768 + 1024 * 768 + 2 * 768"},
@@ -452,14 +562,16 @@ ANSWERS: dict[str, Answers] = {
         right={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 99)"},
         wrong={"my_recomputed": "2 * sum(range(28, 128))", "my_cached": "2 * (28 + 100)"}),
     # --- chapter 13, a real LLM (13_a_real_llm.ipynb) ------------------------------------
+    "ex-real-llm-llama-block": Answers(
+        right={"my_llama_block": _LLAMA_BLOCK.format(grouping="repeat_interleave")},
+        # query head i reads key/value head i % n_kv_heads
+        wrong={"my_llama_block": _LLAMA_BLOCK.format(grouping="repeat")}),
     "ex-real-llm-quantize": Answers(
         right={"my_q4_1": _Q4_1.format(rounding="np.round")},
         wrong={"my_q4_1": _Q4_1.format(rounding="np.floor")}),   # truncated codes
     "ex-real-llm-cache-crossover": Answers(
         right={"my_tokens": "math.ceil(96576768 / (2 * 30 * 3 * 64 * 2))"},
         wrong={"my_tokens": "math.ceil(96576768 / (2 * 30 * 9 * 64 * 2))"}),  # 9 kv heads
-    "ex-real-llm-sink-score": Answers(right={"my_score": "math.log(900)"},
-                                      wrong={"my_score": "math.log(9)"}),   # share / rest
     # --- chapter 14, beyond one device, beyond softmax (14_beyond_one_device.ipynb) -----
     "ex-beyond-balance": Answers(right={"my_ratio": "1.882"},
                                  wrong={"my_ratio": "8"}),   # blocks, not scores

@@ -550,7 +550,8 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
         low = np.tril_indices(maps.shape[-1])
         for layer in range(layers):
             for head in range(heads):
-                role = (f"{study.roles[layer, head]}: first token {s.sink[layer, head]:.2f}, "
+                # two short lines, so that they fit a phone's column
+                role = (f"{study.roles[layer, head]}:\nfirst token {s.sink[layer, head]:.2f}, "
                         f"previous {s.previous[layer, head]:.2f}, induction "
                         f"{s.induction[layer, head]:.2f}")
                 percents = (str(int(round(100 * w))) for w in maps[layer, head][low])
@@ -577,10 +578,15 @@ def real_llm_heads_figure(study: Any = None) -> InteractiveFigure:
              "encoding": {"x": x, "y": y,
                           "color": {"field": "weight", "type": "quantitative",
                                     "title": "weight",
-                                    "scale": {"domain": [0, 1], "scheme": "viridis"}}}}
-    role = {"mark": {"type": "text", "align": "left", "fontSize": 12},
-            "encoding": {"text": {"field": "role"}, "x": {"value": 0}},
-            "width": WIDTH, "height": 16}
+                                    "scale": {"domain": [0, 1], "scheme": "viridis"},
+                                    # below the map, not beside it: it stays in a
+                                    # phone's column
+                                    "legend": {"orient": "bottom",
+                                               "direction": "horizontal"}}}}
+    role = {"mark": {"type": "text", "align": "left", "baseline": "top", "fontSize": 12,
+                     "lineBreak": "\n"},
+            "encoding": {"text": {"field": "role"}, "x": {"value": 0}, "y": {"value": 0}},
+            "width": WIDTH, "height": 32}
     body = {"transform": [{"filter": "datum.p == toNumber(prompt) && "
                                      "datum.layer == toNumber(layer) && "
                                      "datum.head == toNumber(head)"}],

@@ -4,7 +4,7 @@ One function per chapter, named after the problem it shows: 1 :func:`soft_lookup
 2 :func:`why_sqrt_dk`, 3 :func:`four_views`, 4 :func:`causal_scores`,
 5 :func:`heads_on_a_sentence`, 6 :func:`blind_to_order`, 7 :func:`rotary_scores`,
 8 :func:`score_memory`, 9 :func:`softmax_gradient`, 10 :func:`kv_cache_growth`,
-11 :func:`minilm_head`, 12 :func:`lm_loss_curve`, 13 :func:`first_token_sink`,
+11 :func:`lm_loss_curve`, 12 :func:`minilm_head`, 13 :func:`next_token_of_a_real_model`,
 14 :func:`causal_work_per_rank`,
 15 :func:`programs_over_tiles`, 16 :func:`reserved_and_used`, 17 :func:`latent_and_speculative`,
 18 :func:`windows_and_sinks`,
@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["soft_lookup", "why_sqrt_dk", "four_views",
            "causal_scores", "heads_on_a_sentence", "blind_to_order", "rotary_scores",
            "score_memory", "softmax_gradient", "kv_cache_growth", "minilm_head",
-           "lm_loss_curve", "first_token_sink", "causal_work_per_rank",
+           "lm_loss_curve", "next_token_of_a_real_model", "causal_work_per_rank",
            "programs_over_tiles", "reserved_and_used", "latent_and_speculative",
            "memory_that_only_adds", "windows_and_sinks"]
 
@@ -762,30 +762,37 @@ def windows_and_sinks() -> Any:
     return fig
 
 
-def first_token_sink() -> Any:
-    """Chapter 13: where SmolLM2-135M's heads put their weight: on the first token.
+def next_token_of_a_real_model() -> Any:
+    """Chapter 13: a real chat model, computed by attncore: SmolLM2-135M-Instruct's
+    probabilities for the token after "The capital of France is".
 
-    The mean weight each of the 270 heads gives the first token of one sentence (queries
-    after the first), layer across, head down. Needs the installed model package (loaded
-    once per process by :func:`attncore.lab.real_llm.smollm2`).
+    The eight most likely next tokens, as :meth:`attncore.pretrained.SmolLM2.logits` (the
+    model's 30 blocks computed by attncore, in float32, from its 4-bit file) gives them.
+    Needs the installed model package (loaded once per process by
+    :func:`attncore.lab.real_llm.smollm2`).
 
     Returns
     -------
     matplotlib.figure.Figure
     """
+    import torch
+
     from attncore.lab import real_llm
 
     model = real_llm.smollm2()
-    ids = model.encode(real_llm.FIGURE_PROMPTS["a sentence"])
-    weights = np.asarray(model.attention_weights(ids), dtype=np.float64)
-    sink = real_llm.sink_weight(weights)                       # (layers, heads)
+    prompt = "The capital of France is"
+    logits = model.logits(model.encode(prompt))[-1].double()
+    top = torch.topk(torch.softmax(logits, -1), 8)
+    labels = real_llm.display_tokens(model, top.indices.numpy())
+    probs = top.values.numpy()
     fig, ax = _figure(1)
-    image = _heatmap(ax, sink.T, vmin=0, vmax=1)
-    ax.set_xticks(range(0, sink.shape[0], 3))
-    ax.set_yticks(range(sink.shape[1]))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("head")
-    ax.set_title("SmolLM2: the weight each head gives the first token")
-    fig.colorbar(image, ax=ax).ax.tick_params(labelsize=POINTS)
+    rows = np.arange(len(labels))[::-1]
+    ax.barh(rows, probs, color="tab:blue")
+    ax.set_yticks(rows, labels)
+    for row, prob in zip(rows, probs):
+        ax.text(prob + 0.01, row, f"{prob:.2f}", va="center", fontsize=POINTS)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("probability of the next token")
+    ax.set_title(f"SmolLM2-135M, computed by attncore: the token after {prompt!r}")
     _style(ax)
     return fig

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FIGURE_PROMPTS", "HeadScores", "HeadStudy", "ROLES", "attention_maps",
-           "block_to_float64", "default_study", "display_tokens", "head_roles", "head_scores",
-           "previous_token_weight", "repeated_random_tokens", "rope_interleaved",
-           "sink_weight", "smollm2", "study_heads"]
+           "block_to_float64", "default_study", "display_tokens", "head_roles",
+           "head_scores", "logits_with_block", "previous_token_weight",
+           "repeated_random_tokens", "rope_interleaved", "sink_weight", "smollm2",
+           "study_heads"]
 
 FIGURE_PROMPTS: dict[str, str] = {
     "a sentence": "The cat sat on the mat because it was tired, so it slept all day.",
@@ -296,3 +297,57 @@ def rope_interleaved(x: Any, positions: Any, *, base: float = 10000.0) -> np.nda
     angles = positions[:, None] * position_frequencies(x.shape[-1], base=base)
     z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles)
     return np.stack([z.real, z.imag], axis=-1).reshape(x.shape)
+
+
+def logits_with_block(model: Any, ids: Any, block_fn: Any) -> Any:
+    """SmolLM2's next-token logits with every block computed by ``block_fn``.
+
+    The forward pass of :meth:`attncore.pretrained.SmolLM2.logits` (token embedding, the
+    30 blocks, the final RMSNorm, the head tied to the embedding), with
+    ``h = block_fn(h, block)`` in place of ``attncore.transformer_block(block, h,
+    causal=True)``: the way to run the real model on a block one wrote oneself.
+
+    Parameters
+    ----------
+    model : attncore.pretrained.SmolLM2
+        Loaded with the torch backend (:func:`smollm2`).
+    ids : integers, shape ``(n,)``
+        Token ids of one sequence, at positions ``0 .. n-1``.
+    block_fn : callable ``(h, block) -> h``
+        ``h`` a torch tensor ``(n, d_model)`` of the model's dtype (float32), ``block`` the
+        block's :class:`~attncore.TransformerBlockParams` (torch tensors; queries and keys
+        in attncore's rotate-half order, RoPE's pairs ``(i, i + d_head/2)``). It must
+        return the block's output, a tensor of the same shape.
+
+    Returns
+    -------
+    torch.Tensor, shape ``(n, vocab_size)``, float32
+        Row ``t`` scores the token after ``ids[t]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``block_fn`` not callable, or returning something other than a tensor of ``h``'s
+        shape (named with the block's index); ids as :meth:`SmolLM2.logits`.
+    """
+    import torch
+
+    if not callable(block_fn):
+        raise TypeError(f"block_fn: expected a function (h, block) -> h, got "
+                        f"{type(block_fn).__name__}")
+    lm = model.model
+    ids = torch.as_tensor(model._ids(ids, "ids"))
+    with torch.no_grad():
+        h = lm.tok_emb[ids]
+        for i, block in enumerate(lm.blocks):
+            out = block_fn(h, block)
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(h.shape):
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else \
+                    type(out).__name__
+                raise ValueError(f"block_fn: expected a tensor of shape {tuple(h.shape)} "
+                                 f"from block {i}, got {got}")
+            h = out.to(h.dtype)
+        h = torch.nn.functional.rms_norm(h, (h.shape[-1],), lm.lnf_weight,
+                                         lm.blocks[0].eps)
+        return h @ (lm.tok_emb.T if lm.head is None else lm.head)
+

@@ -9,44 +9,7 @@ import numpy as np
 from ...pretrained.checkpoint import default_model_dir
 from ...pretrained.layers import mean_pool
 from . import Verdict, exercise
-
-
-def _tensor_sizes(prefix: str) -> dict[str, int]:
-    """Number of scalars of every tensor of model.safetensors whose name starts with prefix
-    (read from the file's header only)."""
-    from safetensors import safe_open
-
-    with safe_open(str(default_model_dir() / "model.safetensors"), framework="numpy") as f:
-        return {name: int(np.prod(f.get_slice(name).get_shape())) for name in f.keys()
-                if name.startswith(prefix)}
-
-
-@exercise("ex-inside-layer-parameters")
-def layer_parameters(count) -> Verdict:
-    """The number of weights and biases of one encoder layer of MiniLM."""
-    sizes = _tensor_sizes("encoder.layer.0.")
-    expected = sum(sizes.values())
-    try:
-        got = int(count)
-    except (TypeError, ValueError):
-        return Verdict(False, f"expected a whole number, got {count!r}")
-    if got != count:
-        return Verdict(False, f"expected a whole number, got {count!r}")
-    if got == expected:
-        return Verdict(True, "Attention, two layer norms and the feed-forward, biases "
-                             "included; six such layers hold less than the embeddings do.")
-    attention = sum(v for k, v in sizes.items() if ".attention." in k and "LayerNorm" not in k)
-    norms = sum(v for k, v in sizes.items() if "LayerNorm" in k)
-    biases = sum(v for k, v in sizes.items() if k.endswith(".bias") and "LayerNorm" not in k)
-    if got == attention:
-        return Verdict(False, "that is the attention sublayer alone; a layer also has a "
-                              "feed-forward network and two layer norms.")
-    if got in (expected - norms, expected - biases, expected - norms - biases):
-        return Verdict(False, "close: count every bias vector and each layer norm's gain "
-                              "and shift as well.")
-    return Verdict(False, "list the matrices and vectors of one layer (attention "
-                          "projections, feed-forward, layer norms) with their shapes, then "
-                          "add up their sizes.")
+from ._reports import report_verdict
 
 
 @exercise("ex-inside-mean-pool")
@@ -170,3 +133,229 @@ def scale_one_layer(layer, cosine) -> Verdict:
                               "products of unit vectors).", details)
     return Verdict(False, "the right layer; give the mean cosine of its 24 embeddings with "
                           "the trained ones, to three decimals.", details)
+
+
+# ex-inside-encoder-layer: the reader's post-LN encoder layer in NumPy, attention included,
+# my_encoder_layer(x, mask, layer, eps), against attncore.pretrained.encoder_layer on small
+# random layers and on MiniLM's layer 0.
+LAYER_PROPERTIES = {
+    "output": "returns a NumPy array of x's shape and dtype, with finite values (float64 "
+              "and float32)",
+    "padding_ignored": "changing x at the padding positions changes no real token's output",
+    "random_layer": "equal to attncore's post-LN layer on small random layers (biases, gains "
+                    "and shifts random), to 1e-10 in float64",
+    "minilm_layer0": "on MiniLM's layer 0 and three padded sentences, equal to attncore's "
+                     "layer (itself equal to PyTorch's) to 1e-5 in float32, at the real "
+                     "tokens",
+}
+# (batch lengths, d, heads, d_ff, seed): the smallest first
+LAYER_CASES = (((3, 2), 8, 2, 16, 0), ((4, 1, 3), 12, 3, 24, 1))
+LAYER_EPS = 1e-12
+LAYER_SENTENCES = ("A dog.", "The cat sat on the mat.",
+                   "Attention heads in MiniLM are surprisingly interpretable.")
+
+
+def _random_encoder_layer(d, heads, d_ff, seed):
+    from dataclasses import replace
+
+    from ...multihead import init_multihead
+    from ...pretrained.checkpoint import EncoderLayerParams, LayerNormParams
+
+    rng = np.random.default_rng(seed + 200)
+    attn = init_multihead(d, heads, seed=seed, bias=True)
+    attn = replace(attn, **{k: 0.3 * rng.standard_normal(d)
+                            for k in ("b_q", "b_k", "b_v", "b_o")})
+
+    def norm():
+        return LayerNormParams(1 + 0.3 * rng.standard_normal(d), 0.3 * rng.standard_normal(d))
+    return EncoderLayerParams(
+        attention=attn, attention_norm=norm(),
+        w_1=rng.standard_normal((d, d_ff)) / np.sqrt(d), b_1=0.3 * rng.standard_normal(d_ff),
+        w_2=rng.standard_normal((d_ff, d)) / np.sqrt(d_ff), b_2=0.3 * rng.standard_normal(d),
+        output_norm=norm())
+
+
+def _encoder_variant(x, mask, layer, eps, *, post=True, exact_gelu=True, use_eps=True,
+                     mask_keys=True, scale=True, biases=True):
+    """A post-LN encoder layer with one learner's mistake switched on at a time (the
+    defaults: attncore's :func:`~attncore.pretrained.encoder_layer`)."""
+    from dataclasses import replace
+
+    from ...multihead import multi_head_attention
+    from ...pretrained.layers import gelu, gelu_tanh, layer_norm
+
+    e = eps if use_eps else 1e-5
+    a = layer.attention
+    if not biases:
+        a = replace(a, b_q=0 * a.b_q, b_k=0 * a.b_k, b_v=0 * a.b_v, b_o=0 * a.b_o)
+    if not scale:
+        a = replace(a, w_q=a.w_q * np.sqrt(a.d_head), b_q=a.b_q * np.sqrt(a.d_head))
+    key_mask = mask[:, None, :] if mask_keys else None
+    act = gelu if exact_gelu else gelu_tanh
+
+    def attention(h):
+        return multi_head_attention(a, h, mask=key_mask)
+
+    def ffn(h):
+        return act(h @ layer.w_1 + layer.b_1) @ layer.w_2 + layer.b_2
+
+    n1, n2 = layer.attention_norm, layer.output_norm
+    if post:
+        h = layer_norm(x + attention(x), n1.gain, n1.shift, eps=e)
+        return layer_norm(h + ffn(h), n2.gain, n2.shift, eps=e)
+    h = x + attention(layer_norm(x, n1.gain, n1.shift, eps=e))
+    return h + ffn(layer_norm(h, n2.gain, n2.shift, eps=e))
+
+
+LAYER_MISTAKES = {
+    "the LayerNorms before each sub-layer (pre-norm, GPT-2's order) instead of after each "
+    "residual sum (post-norm)": {"post": False},
+    "the tanh approximation of GELU instead of the exact x Phi(x)": {"exact_gelu": False},
+    "LayerNorm's epsilon 1e-5 instead of the eps passed in": {"use_eps": False},
+    "padding keys attended to": {"mask_keys": False},
+    "scores not divided by sqrt(d_head)": {"scale": False},
+    "the attention's biases left out": {"biases": False},
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _minilm_layer0_case():
+    """(x0, mask, layer 0, eps) of MiniLM on LAYER_SENTENCES, float32, and attncore's
+    output of layer 0 (computed once per process)."""
+    from ...pretrained import MiniLM
+
+    model = MiniLM.load()
+    batch = model.tokenize(list(LAYER_SENTENCES))
+    out = model.forward(batch)
+    return (out.hidden_states[0], batch.attention_mask, model.params.layers[0],
+            model.config.layer_norm_eps, out.hidden_states[1])
+
+
+class EncoderLayerCheck:
+    """The properties of :data:`LAYER_PROPERTIES`, on ``fn(x, mask, layer, eps)``."""
+
+    SIGNATURE = "my_encoder_layer(x, mask, layer, eps)"
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.output_ok = True
+
+    def _need_output(self):
+        from ...testing.runner import Skip
+
+        if not self.output_ok:
+            raise Skip("runs once the output is an array of the right shape and dtype")
+
+    @staticmethod
+    def _where(case, dtype, what=""):
+        lengths, d, heads, d_ff, seed = case
+        return (f"x of shape ({len(lengths)}, {max(lengths)}, {d}), sequence lengths "
+                f"{list(lengths)}, {heads} heads, d_ff {d_ff}, eps {LAYER_EPS:g}, {dtype}, "
+                f"random weights, seed {seed}{what}")
+
+    @staticmethod
+    def _input(case, dtype=np.float64):
+        lengths, d, heads, d_ff, seed = case
+        n = max(lengths)
+        x = np.random.default_rng(seed + 10).standard_normal((len(lengths), n, d))
+        mask = np.arange(n)[None, :] < np.array(lengths)[:, None]
+        layer = _random_encoder_layer(d, heads, d_ff, seed)
+        if dtype != np.float64:
+            layer = _layer_as(layer, dtype)
+        return x.astype(dtype), mask, layer
+
+    def _run(self, x, mask, layer, eps, where):
+        from ...testing.runner import call, expect_array
+
+        out = call(self.fn, (x.copy(), mask.copy(), layer, eps), where=where,
+                   signature=self.SIGNATURE)
+        return expect_array(out, name="output", shape=x.shape, dtype=str(x.dtype),
+                            where=where)
+
+    def output(self):
+        try:
+            for dtype in (np.float64, np.float32):
+                x, mask, layer = self._input(LAYER_CASES[0], dtype)
+                self._run(x, mask, layer, LAYER_EPS,
+                          self._where(LAYER_CASES[0], np.dtype(dtype).name))
+        except Exception:
+            self.output_ok = False
+            raise
+
+    def padding_ignored(self):
+        from ...testing.runner import Failure
+
+        self._need_output()
+        case = LAYER_CASES[0]
+        x, mask, layer = self._input(case)
+        y = x.copy()
+        y[~mask] = 5.0 + x[~mask] ** 2
+        where = self._where(case, "float64", ", then x changed at the padding positions")
+        a = self._run(x, mask, layer, LAYER_EPS, where)
+        b = self._run(y, mask, layer, LAYER_EPS, where)
+        if np.abs(a[mask] - b[mask]).max() > 1e-12:
+            raise Failure("real tokens' outputs moved when only padding positions "
+                          "changed: no query may attend to a padding key", where)
+
+    def random_layer(self):
+        from ...testing.runner import Failure
+
+        self._need_output()
+        for case in LAYER_CASES:
+            x, mask, layer = self._input(case)
+            where = self._where(case, "float64")
+            got = self._run(x, mask, layer, LAYER_EPS, where)[mask]
+
+            def gap(**flags):
+                return np.abs(got - _encoder_variant(x, mask, layer, LAYER_EPS,
+                                                     **flags)[mask]).max()
+            if gap() <= 1e-10:
+                continue
+            for mistake, flags in LAYER_MISTAKES.items():
+                if gap(**flags) <= 1e-10:
+                    raise Failure(f"the output is that of a layer with {mistake}", where)
+            raise Failure("the output differs from attncore's layer by more than 1e-10",
+                          where)
+
+    def minilm_layer0(self):
+        from ...testing.runner import Failure
+
+        self._need_output()
+        x0, mask, layer, eps, want = _minilm_layer0_case()
+        where = (f"MiniLM's layer 0, float32, the sentences {list(LAYER_SENTENCES)} "
+                 f"padded to {x0.shape[1]} tokens, eps {eps:g}")
+        got = self._run(x0, mask, layer, eps, where)
+        if not np.abs(got[mask] - want[mask]).max() <= 1e-5:
+            raise Failure("the output differs from attncore's layer 0 by more than 1e-5",
+                          where)
+
+
+def _layer_as(layer, dtype):
+    from dataclasses import fields, replace
+
+    def conv(obj):
+        return {f.name: getattr(obj, f.name).astype(dtype) for f in fields(obj)
+                if isinstance(getattr(obj, f.name), np.ndarray)}
+    return replace(layer, attention=replace(layer.attention, **conv(layer.attention)),
+                   attention_norm=replace(layer.attention_norm, **conv(layer.attention_norm)),
+                   output_norm=replace(layer.output_norm, **conv(layer.output_norm)),
+                   **conv(layer))
+
+
+def check_encoder_layer(fn):
+    """Run :data:`LAYER_PROPERTIES` on ``fn(x, mask, layer, eps)``; returns a CheckReport."""
+    from ...testing.runner import run_properties
+
+    return run_properties("check_encoder_layer", fn, LAYER_PROPERTIES,
+                          EncoderLayerCheck(fn))
+
+
+@exercise("ex-inside-encoder-layer")
+def encoder_layer_function(my_encoder_layer) -> Verdict:
+    """The reader's post-LN encoder layer, property by property, then MiniLM's layer 0."""
+    if not callable(my_encoder_layer):
+        return Verdict(False, f"expected a function my_encoder_layer(x, mask, layer, eps), "
+                              f"got {type(my_encoder_layer).__name__}")
+    return report_verdict(check_encoder_layer(my_encoder_layer),
+                          "Your layer computes MiniLM's: attention with its biases and the "
+                          "padding mask, then add and normalise, twice.")
