@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 START = study_time.FITS_START
 END = study_time.FITS_END
 WIDTH = 95
-WAYS_LINK = f"[ways through the book](../{study_time.PAGE})"
+WAYS_PAGE = f"../{study_time.PAGE}"
 NBSP = "\u0000"          # stands for a space inside a link while the line is wrapped
 
 
@@ -66,19 +66,19 @@ def line(key: str, data: dict, nbs: dict[str, Path]) -> str:
     if key.endswith("gf"):
         own = int(key[:-2])
         others = [_chapter_link(n, nbs) for n in facts["needs"] if n != own]
-        text = (f"**Where this page fits.** It continues {_chapter_link(own, nbs)}"
+        text = (f"**[Where this page fits]({WAYS_PAGE}).** It continues {_chapter_link(own, nbs)}"
                 + (f" and needs {_and(others)}" if others else "") + maths + ". "
                 + ("Nothing in the later chapters depends on it, so a first reading can skip "
                    "it." if not facts["later"] else
                    "A later chapter depends on it: a first reading should not skip it."))
     else:
         needs = [_chapter_link(n, nbs) for n in facts["needs"]]
-        text = ("**Where this chapter fits.** "
+        text = (f"**[Where this chapter fits]({WAYS_PAGE}).** "
                 + (f"It builds on {_and(needs)}" if needs else "It builds on no earlier chapter")
                 + maths + f". {_on(key, data)}. "
                 + ("A first reading can skip it." if facts["skip"]
                    else "A first reading should not skip it."))
-    text += f" See {WAYS_LINK}."
+    # (the heading links to the page "Ways through the book", which says the rest)
     # Wrap without breaking a link's words ("chapter 1" stays on one line).
     protected = re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", NBSP), text)
     wrapped = textwrap.fill(protected, WIDTH, break_long_words=False, break_on_hyphens=False)
