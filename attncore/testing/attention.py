@@ -55,6 +55,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._backend import check_flag, check_real, check_size
+from .runner import with_properties
 from .report import CheckReport, PropertyResult
 from .runner import DTYPE_HINT, Failure, Skip, dtype_name as _dtype_name, \
     function_name as _name, group_same_errors, run_properties, to_numpy as _to_numpy
@@ -101,9 +102,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_attention` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 
 @dataclass(frozen=True)

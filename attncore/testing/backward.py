@@ -44,6 +44,7 @@ import numpy as np
 from .._backend import check_size
 from .report import CheckReport
 from .runner import Failure, Skip, dtype_name, expect_array, run_properties, to_numpy
+from .runner import with_properties
 
 __all__ = ["AttentionBackwardCheck", "PROPERTIES", "check_attention_backward"]
 
@@ -74,9 +75,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_attention_backward` checks, by name, with what each asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(q, k, v, d_out, causal=False) -> (dq, dk, dv)"
 

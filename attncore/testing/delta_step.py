@@ -32,7 +32,7 @@ import numpy as np
 
 from .._backend import check_size
 from .report import CheckReport
-from .runner import Failure, call, expect_array, run_properties
+from .runner import Failure, call, expect_array, run_properties, with_properties
 
 __all__ = ["PROPERTIES", "check_delta_step"]
 
@@ -56,9 +56,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_delta_step` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(S, q, k, v, g, beta) -> (o, S_new)"
 

@@ -47,6 +47,7 @@ import numpy as np
 from .._backend import check_size
 from .report import CheckReport
 from .runner import Failure, dtype_name, expect_array, run_properties, to_numpy
+from .runner import with_properties
 
 __all__ = ["KVCacheDecodeCheck", "PROPERTIES", "check_kv_cache_decode"]
 
@@ -75,9 +76,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_kv_cache_decode` checks, by name, with what each asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(q_new, k_new, v_new, k_cache, v_cache) -> (out, k_cache, v_cache)"
 _NAMES = ("q_new", "k_new", "v_new", "k_cache", "v_cache")

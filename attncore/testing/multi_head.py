@@ -43,6 +43,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._backend import check_flag, check_size
+from .runner import with_properties
 from .report import CheckReport
 from .runner import Failure, Skip, call, expect_array, group_same_errors, \
     run_properties, with_dtype_hint
@@ -73,9 +74,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_multi_head_attention` checks, by name, with what each asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(x, w_q, w_k, w_v, w_o, num_heads, causal=False)"
 

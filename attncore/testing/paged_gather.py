@@ -41,7 +41,7 @@ import numpy as np
 
 from .._backend import check_size
 from .report import CheckReport, PropertyResult
-from .runner import Failure, call, expect_array, run_properties
+from .runner import Failure, call, expect_array, run_properties, with_properties
 
 __all__ = ["GatherPagesCheck", "PROPERTIES", "PropertyResult", "check_gather_pages"]
 
@@ -65,9 +65,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_gather_pages` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(key_blocks, block_table, length)"
 

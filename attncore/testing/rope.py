@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._backend import check_size
+from .runner import with_properties
 from .report import CheckReport
 from .runner import Failure, call, expect_array, group_same_errors, run_properties, \
     with_dtype_hint
@@ -64,9 +65,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_rope` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(x, positions, base=10000.0)"
 

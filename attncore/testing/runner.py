@@ -21,7 +21,8 @@ import numpy as np
 from .report import CheckReport, PropertyResult
 
 __all__ = ["Failure", "Skip", "call", "expect_array", "function_name", "run_properties",
-           "to_numpy", "dtype_name", "group_same_errors", "with_dtype_hint"]
+           "to_numpy", "dtype_name", "group_same_errors", "with_dtype_hint",
+           "with_properties"]
 
 
 class Failure(Exception):
@@ -144,6 +145,15 @@ def _error_key(detail: str) -> str | None:
     if match is None:
         return None
     return match.group(1) + ":" + re.sub(r"\d+", "#", match.group(2))
+
+
+def with_properties(doc: str | None, properties: Mapping[str, str]) -> str | None:
+    """A check module's docstring followed by its properties, in the order they are checked,
+    each with what it asserts (for the API page); None stays None (``python -OO``)."""
+    if doc is None:
+        return None
+    return doc + "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
+        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in properties.items())
 
 
 def run_properties(check: str, fn: Callable[..., Any], properties: Mapping[str, str],

@@ -30,7 +30,7 @@ import numpy as np
 
 from .._backend import check_size
 from .report import CheckReport
-from .runner import Failure, Skip, call, expect_array, run_properties
+from .runner import Failure, Skip, call, expect_array, run_properties, with_properties
 
 __all__ = ["PROPERTIES", "SoftmaxCheck", "check_softmax"]
 
@@ -61,9 +61,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_softmax` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(x, axis=-1)"
 

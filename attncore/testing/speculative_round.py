@@ -44,7 +44,7 @@ import numpy as np
 
 from .._backend import check_size
 from .report import CheckReport, PropertyResult
-from .runner import Failure, call, run_properties
+from .runner import Failure, call, run_properties, with_properties
 
 __all__ = ["PROPERTIES", "PropertyResult", "SpeculativeRoundCheck",
            "check_speculative_round"]
@@ -78,9 +78,7 @@ PROPERTIES = {
 """The properties :func:`check_speculative_round` checks, by name, with what each one
 asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(p_target, p_draft, draft_tokens, rng)"
 

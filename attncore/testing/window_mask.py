@@ -28,7 +28,7 @@ import numpy as np
 
 from .._backend import check_size
 from .report import CheckReport
-from .runner import Failure, call, run_properties, to_numpy
+from .runner import Failure, call, run_properties, to_numpy, with_properties
 
 __all__ = ["PROPERTIES", "check_window_mask"]
 
@@ -45,9 +45,7 @@ PROPERTIES = {
 }
 """The properties :func:`check_window_mask` checks, by name, with what each one asserts."""
 
-if __doc__ is not None:                  # (python -OO strips docstrings)
-    __doc__ += "\n**The properties**, in the order they are checked:\n\n" + "\n".join(
-        f"``{name}``\n    {claim[0].upper()}{claim[1:]}." for name, claim in PROPERTIES.items())
+__doc__ = with_properties(__doc__, PROPERTIES)
 
 SIGNATURE = "fn(n, window, sinks) -> bool array (n, n)"
 
