@@ -230,7 +230,8 @@ def test_nbval_runs_strict():
 
 # --- the course's conventions (CONTRIBUTING.md): exercises, proofs, references, layout -----
 
-PAGES_MD = sorted((ROOT / "appendix").glob("*.md")) + [ROOT / "index.md", ROOT / "performance.md"]
+PAGES_MD = sorted((ROOT / "appendix").glob("*.md")) + [ROOT / "index.md", ROOT / "performance.md",
+                                                   ROOT / "glossary.md", ROOT / "notation.md"]
 LINE_LIMIT = 80     # characters of code and printed output that show whole in the content column
 
 
