@@ -1004,6 +1004,64 @@ def test_the_pdf_holds_every_chapter_typeset_and_sharp(site):
     assert not blurry, f"{len(blurry)} figures printed below 2x: {blurry[:3]}"
 
 
+def test_the_pdf_prints_like_a_book(site):
+    # Read as a book, not as a browser's printout: a contents page with page numbers, one
+    # bookmark per chapter that reads as its title, the interactive figures' still pictures,
+    # no web controls, no blank page, and tables whose every column is printed.
+    import sys
+
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as pdfium_c
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from book_pdf import toc_parts
+
+    pdf = site / PDF
+    text, _ = _pdf_text(pdf)
+    flat = re.sub(r"\s+", " ", text)
+    for leftover in ("Not answered yet", "Show code cell source", "Hide code cell source"):
+        assert leftover not in flat, f"the PDF prints {leftover!r}"
+    doc = pdfium.PdfDocument(pdf)
+    try:
+        pages = [doc[i] for i in range(len(doc))]
+        blank = [i + 1 for i, page in enumerate(pages)
+                 if not re.sub(r"\d+", "", page.get_textpage().get_text_bounded()).strip()
+                 and not any(True for _ in page.get_objects(
+                     filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE, pdfium_c.FPDF_PAGEOBJ_PATH]))]
+        contents = pages[1].get_textpage().get_text_bounded()
+        marks = [re.sub(r"\s+", " ", m.get_title()).strip() for m in doc.get_toc()]
+    finally:
+        doc.close()
+    assert not blank, f"blank pages: {blank}"
+    chapters = [stem for _, entries in toc_parts() for stem, _ in entries
+                if stem.startswith("chapters/")]
+    for stem in chapters:
+        nb = json.loads((ROOT / f"{stem}.ipynb").read_text())
+        title = re.search(r"^#\s+(.+)$", "".join(nb["cells"][0]["source"]), re.M).group(1)
+        title = re.sub(r"\s+", " ", title)
+        number = int(Path(stem).name[:2])
+        want = title if number == 0 or "_going_further" in stem else None
+        ok = [m for m in marks if m == want or re.fullmatch(rf"{number}(\.\d+)?\. "
+                                                               + re.escape(title), m)]
+        assert len(ok) == 1, f"the bookmark of {stem} does not read {title!r}: " \
+                             f"{[m for m in marks if title[:12] in m]}"
+    first_chapter = re.sub(r"\s+", " ", contents)
+    assert re.search(r"What attention computes[ .]*\d+", first_chapter), \
+        f"the contents give no page numbers: {first_chapter[:300]!r}"
+    assert not re.search(r"\d+\. \d+\. ", first_chapter), "the contents number twice"
+    page = (site.parent / "print" / "book.html").read_text()
+    assert 'class="attncore-vega"' not in page, "an interactive figure is printed as a widget"
+    assert page.count('class="attncore-print-still"') >= 5
+    # every column of every table is printed: each cell's longest word is in the text
+    missing = []
+    for table in re.findall(r"<table\b.*?</table>", page, re.S):
+        for cell in re.findall(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", table, re.S):
+            words = re.findall(r"[A-Za-z]{7,}", html.unescape(re.sub(r"<[^>]+>", " ", cell)))
+            if words and max(words, key=len) not in flat:
+                missing.append(max(words, key=len))
+    assert not missing, f"table cells cut off in print: {missing[:10]}"
+
+
 @pytest.mark.browser
 def test_search_snippets_show_formulas_as_text(site, browser):
     # Sphinx makes a result's snippet from the page's HTML, where formulas are still TeX; the
