@@ -111,6 +111,10 @@ div.cell_output, div.output, mjx-container[display="true"], div.math,
 .bd-article table td, .bd-article table th { white-space: normal !important;
   overflow-wrap: anywhere; word-break: normal; }
 .bd-article table tr { break-inside: avoid; }
+/* a formula in a cell may wrap between its terms (MathJax sets it as one unbreakable box,
+   whose width would push the table's last columns off the page) */
+.bd-article table mjx-container, .bd-article table mjx-math { white-space: normal !important; }
+.bd-article table mjx-container > mjx-math { display: inline !important; }
 .vega-bindings, a.headerlink, .toggle-button, button.toggle-button, .copybtn,
 .attncore-cards, .attncore-pdf, details.hide > summary { display: none !important; }
 figure, img, svg, mjx-container[display="true"], div.cell_output:has(img) {
@@ -119,6 +123,9 @@ img { max-height: 235mm; object-fit: contain; }
 h1, h2, h3, h4, p.admonition-title { break-after: avoid; break-inside: avoid; }
 h2::after, h3::after, h4::after, p.admonition-title::after {
   content: ""; display: block; height: 5rem; margin-bottom: -5rem; }
+/* Chromium doubles the bookmark of a heading that opens a page ("Why Why attention
+   attention"), unless a line box comes first: an empty one, 1 px high. */
+h1::before, h2::before, h3::before, h4::before { content: ""; display: block; height: 1px; }
 .attncore-print-still { display: block; margin: 0 auto; width: 640px; max-width: 100%;
   height: auto; }
 .attncore-print-note { font-style: italic; }
@@ -351,7 +358,8 @@ def assemble(site: Path, root: Path = ROOT) -> Path:
              "</section>")
     front = (f'<section class="attncore-print-page"><h2>Contents</h2>'
              f'<ul class="attncore-print-toc">{"".join(toc)}</ul></section>')
-    back = ('<section class="attncore-print-page" id="solutions"><h1>Solutions to the '
+    back = ('<section class="attncore-print-page" id="solutions">'
+            '<h1>Solutions to the '
             'exercises</h1>' + "".join(solutions) + "</section>")
     # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
     # adds for screen readers (half of its work), which a printed page cannot use.
@@ -385,7 +393,7 @@ def page_numbers(pdf: bytes, entries: list[tuple[str, str]]) -> dict[str, int]:
         for mark in doc.get_toc():
             dest = mark.get_dest()
             index = dest.get_index() if dest is not None else None
-            if index is not None:
+            if index is not None and mark.level == 0:        # the pages' titles (h1)
                 marks.append((_letters(mark.get_title()), index + 1))
     finally:
         doc.close()
