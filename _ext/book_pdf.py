@@ -107,9 +107,9 @@ div.cell_output, div.output, mjx-container[display="true"], div.math,
 .pst-scrollable-table-container, .table-wrapper, div.admonition, div.proof, div.exercise {
   overflow: visible !important; max-width: none !important; }
 .bd-article table { width: 100% !important; max-width: 100% !important;
-  table-layout: auto; }
+  table-layout: auto; font-size: 92%; }
 .bd-article table td, .bd-article table th { white-space: normal !important;
-  overflow-wrap: anywhere; word-break: normal; }
+  overflow-wrap: break-word; word-break: normal; hyphens: manual; }
 .bd-article table tr { break-inside: avoid; }
 /* a formula in a cell may wrap between its terms (MathJax sets it as one unbreakable box,
    whose width would push the table's last columns off the page) */
