@@ -4,20 +4,29 @@
 
 The site's pages, in the order of ``_toc.yml`` (going-further pages after their chapter; the
 API reference left out, see LEFT_OUT), are joined into one printable page,
-``_build/print/book.html`` (outside the site, so that the site holds no extra page): the
-article of each page, with the site's own styles, MathJax and, where a chapter has an
-interactive figure, its Vega scripts, all served from the built site (no network). The ids
-of each page are prefixed with its name, so that links between pages and to their sections
-become links inside the PDF. The solutions, which the site keeps collapsed under their
-exercises, are moved to a last part, "Solutions to the exercises": a printed page cannot
-hide them, and an answer printed under its exercise would give it away.
+``_build/print/book.html`` (outside the site, so that the site holds no extra page): a cover,
+a contents page, the article of each page, with the site's own styles and MathJax, all served
+from the built site (no network). The ids of each page are prefixed with its name, so that
+links between pages and to their sections become links inside the PDF. The solutions, which
+the site keeps collapsed under their exercises, are moved to a last part, "Solutions to the
+exercises": a printed page cannot hide them, and an answer printed under its exercise would
+give it away.
+
+What only a screen can use is left out or replaced: each interactive figure prints the still
+picture of its starting state that its notebook stores beside the chart (its caption says
+so), the code that the site folds away (with its "Show code cell source" toggle) and the
+self-checks' "Not answered yet" lines are not printed. The print styles (``PRINT_CSS``) make
+tables fit the page and wrap, keep figures and a heading with what follows it whole, and never
+keep whole anything taller than a page (which would leave a blank page).
 
 Chromium (Debian's ``chromium``, as the tests use) loads that page with the network off,
-waits until MathJax has typeset every formula and every interactive figure is drawn (in
-its starting state), and prints it with ``Page.printToPDF`` into
-``_build/html/<PDF_NAME>``, which the landing page links. Where no Chromium is installed,
-nothing is printed and the landing page's link to the PDF is removed, so that the site
-promises no file it lacks.
+waits until MathJax has typeset every formula, and prints it with ``Page.printToPDF`` into
+``_build/html/<PDF_NAME>``, which the landing page links, with bookmarks made from the
+headings. It prints twice: Chromium cannot number a contents page itself, so the first
+printing's bookmarks tell on which page each entry starts, and the second prints the
+numbers (in boxes of fixed width, so that filling them moves nothing). Where no Chromium is
+installed, nothing is printed and the landing page's link to the PDF is removed, so that the
+site promises no file it lacks.
 
 The DevTools protocol runs over ``--remote-debugging-pipe`` (JSON messages ended by a NUL
 byte, read by Chromium on its descriptor 3 and written on 4), as in tests/headless_chromium.py.
@@ -57,19 +66,18 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
                   "--proxy-server=http://127.0.0.1:9", "--allow-file-access-from-files",
                   "--remote-debugging-pipe"]
 
-# Resolves once MathJax has typeset the page and every interactive figure is drawn.
+# Resolves once MathJax has typeset the page (the interactive figures are printed as their
+# still pictures, so nothing else is drawn).
 READY = """
 new Promise((resolve, reject) => {
   const start = Date.now();
   (function wait() {
     const mj = window.MathJax;
-    const figures = [...document.querySelectorAll("div.attncore-vega")];
-    const drawn = figures.every(f => f.querySelector("svg.marks"));
-    if (mj && mj.startup && mj.startup.promise && drawn) {
+    if (mj && mj.startup && mj.startup.promise) {
       mj.startup.promise.then(() => resolve(document.querySelectorAll("mjx-container").length),
                               reject);
     } else if (Date.now() - start > %(limit_ms)d) {
-      reject(new Error("MathJax or a figure did not finish within %(limit_ms)d ms"));
+      reject(new Error("MathJax did not finish within %(limit_ms)d ms"));
     } else {
       setTimeout(wait, 100);
     }
@@ -78,26 +86,55 @@ new Promise((resolve, reject) => {
 """
 
 # Print styles: one page of the site per printed section, code that wraps instead of being
-# cut off at the margin, no controls of the interactive figures (a printed figure shows its
-# starting state, which its title states), no links' pilcrows.
+# cut off at the margin, tables that fit the page's width and wrap their cells, figures kept
+# whole (and never taller than a page, so that keeping them whole leaves no blank page), a
+# heading kept with what follows it, no links' pilcrows, and none of the site's controls.
 PRINT_CSS = """
 @page { size: A4; margin: 16mm 15mm 18mm; }
 html, body { background: #fff !important; }
 body { font-size: 10.5pt; }
 .attncore-print-page { break-before: page; }
 .attncore-print-page:first-of-type { break-before: auto; }
-.attncore-print-title { text-align: center; margin: 30vh 0 2rem; }
-.attncore-print-toc li { margin: 0.2rem 0; }
-.attncore-print-licence { text-align: center; font-size: 9pt; margin: 0 0 2rem; }
+.attncore-print-cover { text-align: center; padding-top: 70mm; }
+.attncore-print-cover h1 { font-size: 26pt; margin-bottom: 1.2rem; }
+.attncore-print-cover p { font-size: 12pt; margin: 0.4rem 0; }
+.attncore-print-cover p.attncore-print-licence { font-size: 9pt; margin: 3rem 10% 0; }
+ul.attncore-print-toc { list-style: none; padding-left: 0; }
+ul.attncore-print-toc li { margin: 0.15rem 0; display: flex; align-items: baseline; }
+ul.attncore-print-toc li.attncore-toc-part { font-weight: 600; margin-top: 0.7rem; }
+ul.attncore-print-toc li.attncore-toc-sub { padding-left: 1.5rem; font-size: 95%; }
+ul.attncore-print-toc a { flex: 0 1 auto; }
+ul.attncore-print-toc .attncore-toc-dots { flex: 1 1 auto; margin: 0 0.4rem;
+  border-bottom: 1px dotted #999; }
+ul.attncore-print-toc .attncore-toc-page { flex: 0 0 2.2rem; text-align: right; }
 pre, div.highlight pre { white-space: pre-wrap !important; overflow: visible !important;
                          word-break: break-word; }
-div.cell_output, div.output, .bd-article table, mjx-container[display="true"], div.math {
+div.cell_output, div.output, mjx-container[display="true"], div.math,
+.pst-scrollable-table-container, .table-wrapper, div.admonition, div.proof, div.exercise {
   overflow: visible !important; max-width: none !important; }
+.bd-article table { width: 100% !important; max-width: 100% !important;
+  table-layout: auto; font-size: 92%; }
+.bd-article table td, .bd-article table th { white-space: normal !important;
+  overflow-wrap: break-word; word-break: normal; hyphens: manual; }
+.bd-article table tr { break-inside: avoid; }
+/* a formula in a cell may wrap between its terms (MathJax sets it as one unbreakable box,
+   whose width would push the table's last columns off the page) */
+.bd-article table mjx-container, .bd-article table mjx-math { white-space: normal !important; }
+.bd-article table mjx-container > mjx-math { display: inline !important; }
 .vega-bindings, a.headerlink, .toggle-button, button.toggle-button, .copybtn,
-.attncore-cards, .attncore-pdf { display: none !important; }
-figure, img, svg, mjx-container[display="true"], table { break-inside: avoid; }
-h1, h2, h3 { break-after: avoid; }
-details.hide > summary { display: none; }
+.attncore-cards, .attncore-pdf, details.hide > summary { display: none !important; }
+figure, img, svg, mjx-container[display="true"], div.cell_output:has(img) {
+  break-inside: avoid; }
+img { max-height: 235mm; object-fit: contain; }
+h1, h2, h3, h4, p.admonition-title { break-after: avoid; break-inside: avoid; }
+h2::after, h3::after, h4::after, p.admonition-title::after {
+  content: ""; display: block; height: 5rem; margin-bottom: -5rem; }
+/* Chromium doubles the bookmark of a heading that opens a page ("Why Why attention
+   attention"), unless a line box comes first: an empty one, 1 px high. */
+h1::before, h2::before, h3::before, h4::before { content: ""; display: block; height: 1px; }
+.attncore-print-still { display: block; margin: 0 auto; width: 640px; max-width: 100%;
+  height: auto; }
+.attncore-print-note { font-style: italic; }
 """
 
 
@@ -170,12 +207,118 @@ def _take_solutions(article) -> list:
     return taken
 
 
+
+NOT_ANSWERED = "Not answered yet"
+STILL_NOTE = ("In print, the figure shows its starting state; on the website and in the "
+              "notebook its controls can be moved.")
+
+
+def _stills(stem: str, root: Path) -> list[tuple[bytes, int]]:
+    """(PNG, shown width in CSS pixels) of the still picture that each interactive figure of
+    the notebook ``stem`` stores beside its Vega-Lite specification, in order."""
+    path = root / f"{stem}.ipynb"
+    if not path.is_file():
+        return []
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        for output in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
+            data = output.get("data", {})
+            if any(k.startswith("application/vnd.vegalite") for k in data) and "image/png" in data:
+                width = output.get("metadata", {}).get("image/png", {}).get("width", 640)
+                found.append((base64.b64decode(data["image/png"]), int(width)))
+    return found
+
+
+def _print_stills(article, stem: str, root: Path, out_dir: Path) -> int:
+    """Put each interactive figure's still picture in place of its Vega-Lite chart, whose
+    controls a printed page cannot move, and say so under its caption; return how many."""
+    boxes = article.select("div.attncore-vega")
+    stills = _stills(stem, root)
+    if len(stills) != len(boxes):
+        raise RuntimeError(f"{stem}: {len(boxes)} interactive figures on the page, "
+                           f"{len(stills)} still pictures in the notebook")
+    for k, (box, (png, width)) in enumerate(zip(boxes, stills)):
+        name = f"stills/{_prefix(stem)}-{k}.png"
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (out_dir / name).write_bytes(png)
+        img = article.new_tag("img", src=name, alt="", style=f"width: {width}px")
+        img["class"] = ["attncore-print-still"]
+        box.replace_with(img)
+        figure = img.find_parent("figure")
+        caption = figure.find("figcaption") if figure else None
+        if caption is not None:
+            note = article.new_tag("span")
+            note["class"] = ["attncore-print-note"]
+            note.string = " " + STILL_NOTE
+            (caption.find("p") or caption).append(note)
+    return len(boxes)
+
+
+def _drop_web_leftovers(article) -> None:
+    """Remove what only a screen can use: the folded code of hidden inputs (with their
+    "Show code cell source" toggles), and the self-checks' "Not answered yet" lines."""
+    for details in article.select("details.hide"):
+        details.decompose()
+    for output in article.select("div.cell_output"):
+        if output.get_text(" ", strip=True).startswith(NOT_ANSWERED):
+            output.decompose()
+
+
+def _plain_headings(article) -> None:
+    """Headings whose PDF bookmarks read right. Chromium makes a bookmark from the heading's
+    lines of text and drops the space where a line wraps ("Whyattention"), so the spaces
+    between words become no-break spaces, each followed by a <wbr> where the line may wrap
+    (maths left alone); and the link pilcrow goes."""
+    for heading in article.find_all(["h1", "h2", "h3", "h4"]):
+        for a in heading.select("a.headerlink"):
+            a.decompose()
+        for text in heading.find_all(string=True):
+            if " " not in text or any("math" in (p.get("class") or []) or p.name == "mjx-container"
+                                      for p in text.parents):
+                continue
+            words = str(text).split(" ")
+            pieces = [words[0]]
+            for word in words[1:]:
+                pieces += ["\u00a0", article.new_tag("wbr"), word]
+            for piece in reversed(pieces):
+                text.insert_after(piece)
+            text.extract()
+
+
+def toc_parts(root: Path = ROOT) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """(caption, [(stem, is a section of the chapter before it), ...]) for each part of
+    ``_toc.yml``, less the documents in LEFT_OUT."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    parts = []
+    for part in toc.get("parts", []):
+        entries = []
+        for chapter in part.get("chapters") or []:
+            entries.append((str(chapter["file"]), False))
+            entries += [(str(sec["file"]), True) for sec in chapter.get("sections") or []]
+        entries = [(stem, sub) for stem, sub in entries if stem not in LEFT_OUT]
+        if entries:
+            parts.append((part.get("caption", ""), entries))
+    return parts
+
+
+def _toc_item(target: str, name: str, css: str = "") -> str:
+    """One line of the contents: the title, dots, and a page number that the first printing
+    tells (:func:`number_contents`); its box has a fixed width, so filling it moves nothing."""
+    return (f'<li class="{css}"><a href="#{target}">{html.escape(name)}</a>'
+            f'<span class="attncore-toc-dots"></span>'
+            f'<span class="attncore-toc-page" data-target="{target}"></span></li>')
+
+
 def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
              filename: str = "book.html") -> Path:
     """Write the printable page of the whole book; return its path. With ``solutions``
     False (the student edition, scripts/student-edition, as ``filename``), they are left
     out."""
     from bs4 import BeautifulSoup
+
+    import yaml
 
     stems = toc_stems(root)
     out_dir = site.parent / PRINT_DIR_NAME
@@ -190,34 +333,46 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
               for link in head_soup.select('link[rel="stylesheet"]')]
     mathjax_config = next((s.string for s in head_soup.find_all("script")
                            if s.string and "window.MathJax" in s.string), "")
-    title = head_soup.title.string.split("\u2014")[-1].strip() if head_soup.title else ""
-    title = title or "Attention, from the proof up"
+    config = yaml.safe_load((root / "_config.yml").read_text()) or {}
+    title = str(config.get("title") or "Attention, from the proof up")
+    author = str(config.get("author") or "")
 
     with_solutions = solutions
-    sections, solutions, toc = [], [], []
-    needs_vega = False
+    sections, solutions, names = [], [], {}
     for stem in stems:
         page = site / f"{stem}.html"
-        text = page.read_text()
-        needs_vega |= 'class="attncore-vega"' in text
-        _, article = _article(text)
+        _, article = _article(page.read_text())
         _rewrite(article, stem, set(stems), page.parent, site)
+        _print_stills(article, stem, root, out_dir)
+        _drop_web_leftovers(article)
+        _plain_headings(article)
         taken = _take_solutions(article)
         heading = article.find(["h1"])
         name = heading.get_text(" ", strip=True).rstrip("#\u00b6 ") if heading else stem
-        if stem != stems[0]:
-            toc.append(f'<li><a href="#{_prefix(stem)}">{html.escape(name)}</a></li>')
+        names[stem] = re.sub(r"\s+", " ", name)
         if taken and with_solutions:
-            solutions.append(f'<h2>{html.escape(name)}</h2>' + "".join(str(t) for t in taken))
+            solutions.append(f'<h2>{html.escape(names[stem])}</h2>'
+                             + "".join(str(t) for t in taken))
         sections.append(f'<section class="attncore-print-page" id="{_prefix(stem)}">'
                         f"{article.decode_contents()}</section>")
-    last = ('<li><a href="#solutions">Solutions to the exercises</a></li>'
-            if with_solutions else "")
-    front = (f'<section class="attncore-print-page"><h1 class="attncore-print-title">'
-             f'{html.escape(title)}</h1><p class="attncore-print-licence">'
-             f'{html.escape(LICENCE_LINE)}</p><h2>Contents</h2><ol class="attncore-print-toc">'
-             f'{"".join(toc)}{last}</ol></section>')
-    back = ('<section class="attncore-print-page" id="solutions"><h1>Solutions to the '
+    toc = []
+    for caption, entries in toc_parts(root):
+        if caption:
+            toc.append(f'<li class="attncore-toc-part">{html.escape(caption)}</li>')
+        toc += [_toc_item(_prefix(stem), names[stem], "attncore-toc-sub" if sub else "")
+                for stem, sub in entries if stem in names]
+    if with_solutions:
+        toc.append(_toc_item("solutions", "Solutions to the exercises", "attncore-toc-part"))
+    cover = (f'<section class="attncore-print-page attncore-print-cover">'
+             f'<h1 class="attncore-print-title">{html.escape(title)}</h1>'
+             + (f"<p>{html.escape(author)}</p>" if author else "")
+             + f"<p>Printed from the course's website, {time.strftime('%Y-%m-%d')}</p>"
+             + f'<p class="attncore-print-licence">{html.escape(LICENCE_LINE)}</p>'
+             "</section>")
+    front = (f'<section class="attncore-print-page"><h2>Contents</h2>'
+             f'<ul class="attncore-print-toc">{"".join(toc)}</ul></section>')
+    back = ('<section class="attncore-print-page" id="solutions">'
+            '<h1>Solutions to the '
             'exercises</h1>' + "".join(solutions) + "</section>") if with_solutions else ""
     # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
     # adds for screen readers (half of its work), which a printed page cannot use.
@@ -225,16 +380,44 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
                "window.MathJax.options = Object.assign(window.MathJax.options || {}, "
                "{enableMenu: false, enableAssistiveMml: false});</script>",
                f'<script defer src="{static}/mathjax/tex-chtml.js"></script>']
-    if needs_vega:
-        scripts.append(f'<script src="{static}/vega/attncore-vega.js"></script>')
     page = ("<!DOCTYPE html>\n<html lang=\"en\" data-theme=\"light\"><head>"
             '<meta charset="utf-8"><title>' + html.escape(title) + "</title>"
             + "".join(styles) + f"<style>{PRINT_CSS}</style>" + "".join(scripts)
             + '</head><body><div class="bd-article-container"><article class="bd-article">'
-            + front + "".join(sections) + back + "</article></div></body></html>\n")
+            + cover + front + "".join(sections) + back + "</article></div></body></html>\n")
     out = out_dir / filename
     out.write_text(page, encoding="utf-8")
     return out
+
+
+def _letters(text: str) -> str:
+    return re.sub(r"[^a-z]", "", text.lower())
+
+
+def page_numbers(pdf: bytes, entries: list[tuple[str, str]]) -> dict[str, int]:
+    """Target id -> the printed page number (1 for the first page) of each contents entry
+    ``(target, title)``, read from the PDF's bookmarks, which Chromium makes from the
+    headings: the first bookmark, after the one before, whose letters hold the title's."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(pdf)
+    try:
+        marks = []
+        for mark in doc.get_toc():
+            dest = mark.get_dest()
+            index = dest.get_index() if dest is not None else None
+            if index is not None and mark.level == 0:        # the pages' titles (h1)
+                marks.append((_letters(mark.get_title()), index + 1))
+    finally:
+        doc.close()
+    found, at = {}, 0
+    for target, title in entries:
+        want = _letters(title)
+        for i in range(at, len(marks)):
+            if want and want in marks[i][0]:
+                found[target], at = marks[i][1], i + 1
+                break
+    return found
 
 
 # --- printing it ------------------------------------------------------------------------------
@@ -301,6 +484,20 @@ class _Pipe:
         self.log.close()
 
 
+PRINT_OPTIONS = {
+    "printBackground": True, "preferCSSPageSize": True,
+    "displayHeaderFooter": True, "headerTemplate": "<span></span>",
+    "footerTemplate": '<div style="font-size:8pt;width:100%;text-align:center">'
+                      '<span class="pageNumber"></span></div>',
+    "generateDocumentOutline": True}
+# The contents' entries, (target id, title), and the script that writes their page numbers.
+CONTENTS = """[...document.querySelectorAll("span.attncore-toc-page")].map(
+  span => [span.dataset.target, span.parentElement.querySelector("a").textContent])"""
+FILL = """(numbers => document.querySelectorAll("span.attncore-toc-page").forEach(span => {
+  if (span.dataset.target in numbers) span.textContent = numbers[span.dataset.target];
+}))(%s)"""
+
+
 def print_pdf(page: Path, out: Path, chromium: str) -> int:
     """Print ``page`` to ``out`` once it is typeset; return how many formulas it holds."""
     start = time.monotonic()
@@ -320,12 +517,14 @@ def print_pdf(page: Path, out: Path, chromium: str) -> int:
                 raise RuntimeError(f"the book's page did not settle: {answer['exceptionDetails']}")
             formulas = int(answer["result"]["value"])
             settled = time.monotonic()
-            printed = pipe.call("Page.printToPDF", {
-                "printBackground": True, "preferCSSPageSize": True,
-                "displayHeaderFooter": True, "headerTemplate": "<span></span>",
-                "footerTemplate": '<div style="font-size:8pt;width:100%;text-align:center">'
-                                  '<span class="pageNumber"></span></div>',
-                "generateDocumentOutline": True}, session)
+            first = base64.b64decode(pipe.call("Page.printToPDF", PRINT_OPTIONS, session)["data"])
+            # Chromium cannot number the contents itself (no target-counter() in print): the
+            # first printing tells on which page each entry starts, the second prints them.
+            entries = pipe.call("Runtime.evaluate", {"expression": CONTENTS,
+                                                     "returnByValue": True}, session)
+            numbers = page_numbers(first, [tuple(e) for e in entries["result"]["value"]])
+            pipe.call("Runtime.evaluate", {"expression": FILL % json.dumps(numbers)}, session)
+            printed = pipe.call("Page.printToPDF", PRINT_OPTIONS, session)
         finally:
             pipe.close()
     out.write_bytes(base64.b64decode(printed["data"]))

@@ -36,6 +36,11 @@ CARDS: dict[str, tuple[str, str]] = {
     "how_to_use": (
         "How the pages, the notebooks, the exercises and their self-checks work.",
         "Three coloured boxes labelled read, run and check."),
+    "how_a_model_is_trained": (
+        "The loss, its gradient, one step of SGD and of Adam, and the training loop in five "
+        "lines, on a model that trains in a second.",
+        "Two paths of steps down a stretched bowl drawn as contour lines: gradient descent "
+        "zigzags across the valley, Adam curves smoothly along it."),
     "what_attention_computes": (
         "Work a soft dictionary lookup by hand, then write it for a whole sequence in "
         "matrix form.",

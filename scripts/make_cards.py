@@ -61,6 +61,31 @@ def card_how_to_use(fig):
     _axes(ax)
 
 
+def card_how_a_model_is_trained(fig):
+    # steps of SGD (orange) and Adam (blue) on a stretched bowl, over its contour lines
+    scale = np.array([1.0, 12.0])
+    ax = fig.add_subplot()
+    u, w = np.meshgrid(np.linspace(-2.2, 2.2, 200), np.linspace(-1.1, 1.1, 100))
+    ax.contour(u, w, scale[0] * u**2 + scale[1] * w**2, levels=6, colors=GREY,
+               linewidths=0.6)
+    for color, adam in ((ORANGE, False), (BLUE, True)):
+        p, m, v, path = np.array([-2.0, 0.8]), np.zeros(2), np.zeros(2), []
+        for t in range(1, 16):
+            path.append(p.copy())
+            g = 2 * scale * p
+            if adam:
+                m = 0.9 * m + 0.1 * g
+                v = 0.999 * v + 0.001 * g * g
+                p = p - 0.25 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+            else:
+                p = p - 0.075 * g
+        path = np.array(path)
+        ax.plot(path[:, 0], path[:, 1], "-o", color=color, markersize=2.5, linewidth=1)
+    ax.set_xlim(-2.3, 2.3)
+    ax.set_ylim(-1.15, 1.15)
+    _axes(ax)
+
+
 def card_what_attention_computes(fig):
     q = np.array([[1.0, 0.2], [0.1, 1.0], [0.7, 0.7]])
     w = ac.softmax(3 * q @ q.T)

@@ -5,7 +5,7 @@
     .venv/bin/python scripts/readme_chapters.py --check   # exit 1 if it is out of date
 
 The list sits between the README's ``<!-- chapters -->`` and ``<!-- end of chapters -->``
-lines: under each part's caption, one line per chapter with the number the sidebar shows, the
+lines: under each part's caption, one line per chapter with the number the sidebar shows (a bullet for an unnumbered page), the
 notebook's title and the one-line pitch of its card on the landing page
 (``_ext/chapter_cards.py``, ``CARDS``). Run ``--write`` after adding, renaming or renumbering a
 chapter (``scripts/renumber_chapters.py``); tests/test_chapter_lists.py runs ``--check``.
@@ -34,8 +34,10 @@ def chapter_list(root: Path = ROOT) -> str:
         lines += [f"**{caption}**", ""]
         for number, slug, stem in listed:
             pitch = chapter_cards.CARDS[slug][0]
-            item = f"{number}. {chapter_cards.full_title(stem, root)}. {pitch}"
-            lines.append(textwrap.fill(item, WIDTH, subsequent_indent=" " * len(f"{number}. "),
+            # the unnumbered pages (00_...) as bullets: two items "0." would render as 0, 1
+            marker = f"{number}." if number else "-"
+            item = f"{marker} {chapter_cards.full_title(stem, root)}. {pitch}"
+            lines.append(textwrap.fill(item, WIDTH, subsequent_indent=" " * len(f"{marker} "),
                                        break_long_words=False, break_on_hyphens=False))
         lines.append("")
     return "\n".join(lines)

@@ -291,6 +291,21 @@ _DELTA_STEP = """def my_delta_step(S, q, k, v, g, beta):
 ANSWERS: dict[str, Answers] = {
     "ex-how-to-use-shape": Answers(right={"my_shape": "(6, 3)"},
                                    wrong={"my_shape": "(6, 8)"}),
+    # --- the page on training (00_how_a_model_is_trained.ipynb) -----------------------------
+    # the wrong step forgets the bias correction, the most common slip
+    "ex-how-a-model-is-trained-adam-step": Answers(
+        right={"my_adam_step": "def my_adam_step(theta, grad, m, v, t, lr=1e-3, beta1=0.9,\n"
+                               "                 beta2=0.999, eps=1e-8):\n"
+                               "    m = beta1 * m + (1 - beta1) * grad\n"
+                               "    v = beta2 * v + (1 - beta2) * grad**2\n"
+                               "    m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)\n"
+                               "    return theta - lr * m_hat / (np.sqrt(v_hat) + eps), m, v"},
+        wrong={"my_adam_step": "def my_adam_step(theta, grad, m, v, t, lr=1e-3, beta1=0.9,\n"
+                               "                 beta2=0.999, eps=1e-8):\n"
+                               "    m = beta1 * m + (1 - beta1) * grad\n"
+                               "    v = beta2 * v + (1 - beta2) * grad**2\n"
+                               "    return theta - lr * m / (np.sqrt(v) + eps), m, v"}),
+    # --- end of the page on training ---------------------------------------------------------
     # chapter 1, what attention computes
     "ex-what-attention-output-row": Answers(
         right={"my_weights": "(0.032, 0.087, 0.237, 0.644)", "my_output": "1.493"},

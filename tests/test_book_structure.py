@@ -230,7 +230,8 @@ def test_nbval_runs_strict():
 
 # --- the course's conventions (CONTRIBUTING.md): exercises, proofs, references, layout -----
 
-PAGES_MD = sorted((ROOT / "appendix").glob("*.md")) + [ROOT / "index.md", ROOT / "performance.md"]
+PAGES_MD = sorted((ROOT / "appendix").glob("*.md")) + [ROOT / "index.md", ROOT / "performance.md",
+                                                   ROOT / "glossary.md", ROOT / "notation.md"]
 LINE_LIMIT = 80     # characters of code and printed output that show whole in the content column
 
 
@@ -696,11 +697,23 @@ def next_line_problem(summary: str, next_stem: str | None, next_title: str | Non
     return None
 
 
+def side_pages() -> set[str]:
+    """The stems of the chapter pages read beside the main line: those that follow another
+    page in an unnumbered part of _toc.yml (the page on training after chapter 0). The page
+    before one does not point to it with its "Next" line; it points, as the side page does,
+    to the next chapter of the main line."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return {str(Path(c["file"]).with_suffix("")) for part in toc["parts"]
+            if not part.get("numbered") for c in (part.get("chapters") or [])[1:]
+            if str(c["file"]).startswith("chapters/")}
+
+
 @pytest.mark.parametrize("stem", chapter_order(), ids=lambda s: Path(s).name)
 def test_each_chapter_ends_its_summary_with_the_next_chapter(stem):
     order = chapter_order()
     i = order.index(stem)
-    following = order[i + 1] if i + 1 < len(order) else None
+    main_line = [s for s in order[i + 1:] if s not in side_pages()]
+    following = main_line[0] if main_line else None
     problem = next_line_problem(summary_of(ROOT / f"{stem}.ipynb"), following,
                                 following and chapter_title(following))
     assert problem is None, f"{Path(stem).name}: {problem}"
@@ -719,6 +732,11 @@ def test_next_line_check_catches_what_it_should():
         assert next_line_problem(bad, *args) is not None, bad
     assert next_line_problem("- a point.", None, None) is None        # the last chapter
     assert next_line_problem(good, None, None) is not None
+
+
+def test_side_pages_are_the_unnumbered_pages_after_chapter_0():
+    assert "chapters/00_how_a_model_is_trained" in side_pages()
+    assert not side_pages() & {"chapters/00_how_to_use", "chapters/01_what_attention_computes"}
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)

@@ -34,10 +34,11 @@ def test_the_readme_lists_the_chapters_of_the_toc():
     readme = (ROOT / "README.md").read_text()
     assert readme_chapters.updated(readme) == readme, \
         "README.md's chapters are stale: .venv/bin/python scripts/readme_chapters.py --write"
-    listed = re.findall(r"^(\d+)\. (.+)$", readme.split(readme_chapters.START)[1]
+    listed = re.findall(r"^(\d+\.|-) (.+)$", readme.split(readme_chapters.START)[1]
                         .split(readme_chapters.END)[0], re.M)
     chapters = chapter_cards.chapters()
-    assert [int(n) for n, _ in listed] == [n for n, _, _ in chapters]
+    # numbered chapters as "N.", the unnumbered pages (00_...) as bullets
+    assert [int(n[:-1]) if n != "-" else 0 for n, _ in listed] == [n for n, _, _ in chapters]
     for (_, line), (_, _, stem) in zip(listed, chapters):
         assert line.startswith(f"{chapter_cards.full_title(stem)}. "), (stem, line)
 
