@@ -92,7 +92,9 @@ def test_the_bundle_says_it_is_the_student_edition(edition):
 def test_a_student_notebook_runs_under_nbval(edition):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--nbval",
+        # (nbval named: scripts/test turns plugin auto-loading off for every pytest)
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "nbval.plugin",
+         "-q", "--nbval",
          "--nbval-sanitize-with", str(ROOT / "nbval_sanitize.cfg"),
          str(edition / "00_how_to_use.ipynb")],
         cwd=edition, env=env, text=True, capture_output=True, timeout=300)
