@@ -38,6 +38,8 @@ GLOSSARY = "glossary.md"
 
 # What is never linked, in the order the alternatives are tried (multi-line ones first).
 PROTECTED = re.compile("|".join([
+    # the line scripts/chapter_paths.py writes and rewrites, between its markers
+    r"<!-- where it fits -->.*?<!-- end of where it fits -->",
     r"```.*?```", r"~~~.*?~~~",                          # fenced code
     r"\$\$.*?\$\$",                                      # display maths
     r"<!--.*?-->",                                       # HTML comments
@@ -65,7 +67,9 @@ class Term:
             words = r"\s+".join(re.escape(w) for w in form.split())
             flags = "" if any(c.isupper() for c in form) else "(?i:"
             alternatives.append(f"{flags}{words})" if flags else words)
-        return re.compile(r"(?<![\w-])(?:" + "|".join(alternatives) + r")(?![\w-])")
+        # ("tensor cores" are hardware, not tensors)
+        return re.compile(r"(?<![\w-])(?:" + "|".join(alternatives) + r")(?![\w-])"
+                          r"(?!\s+cores?\b)")
 
 
 def slug(title: str) -> str:
