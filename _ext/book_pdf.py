@@ -333,7 +333,8 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
               for link in head_soup.select('link[rel="stylesheet"]')]
     mathjax_config = next((s.string for s in head_soup.find_all("script")
                            if s.string and "window.MathJax" in s.string), "")
-    config = yaml.safe_load((root / "_config.yml").read_text()) or {}
+    config_file = root / "_config.yml"
+    config = (yaml.safe_load(config_file.read_text()) if config_file.is_file() else None) or {}
     title = str(config.get("title") or "Attention, from the proof up")
     author = str(config.get("author") or "")
 

@@ -675,9 +675,13 @@ def test_the_bundle_holds_the_course(bundle):
     chapters = [p.name for p in notebook_setup.chapter_notebooks()]
     wheels = [n for n in names if n.endswith(".whl")]
     assert len(wheels) == 1 and wheels[0].startswith("attncore-"), names
-    pages = ["appendix/proofs.ipynb", "performance.ipynb"]       # what the chapters link to
-    if any("ways_through_the_book.md" in (ROOT / "chapters" / c).read_text() for c in chapters):
-        pages.append("ways_through_the_book.ipynb")    # (scripts/chapter_paths.py's line)
+    # the book's pages the chapters link to, as notebooks: the appendix and the performance
+    # page always; the paths (scripts/chapter_paths.py's line), glossary and notation pages
+    # once the chapters link them
+    pages = ["appendix/proofs.ipynb", "performance.ipynb"]
+    for page in ("ways_through_the_book", "glossary", "notation"):
+        if any(f"{page}.md" in (ROOT / "chapters" / c).read_text() for c in chapters):
+            pages.append(f"{page}.ipynb")
     assert names == sorted(["README.txt", "AGENTS.md", "LICENSE", "install.py", "requirements.txt",
                             "requirements-no-deps.txt", "_course_setup.py",
                             *wheels, *chapters, *pages]), names
@@ -722,8 +726,12 @@ def _notebook_anchors(nb: dict) -> set[str]:
     anchors = set()
     for text in (("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "markdown"):
         for heading in re.findall(r"^#{1,6} (.+?)\s*$", text, re.M):
+            # (and as the site's myst_heading_anchors name it: inline maths left out, so
+            # that "Where the $1/\sqrt{d_k}$ goes" is where-the--goes)
+            no_maths = re.sub(r"\$[^$]*\$", "", heading)
             anchors |= {heading.replace(" ", "-"),
-                        re.sub(r"[^\w\- ]", "", heading).strip().lower().replace(" ", "-")}
+                        re.sub(r"[^\w\- ]", "", heading).strip().lower().replace(" ", "-"),
+                        re.sub(r"[^\w\- ]", "", no_maths).strip().lower().replace(" ", "-")}
         anchors |= set(re.findall(r"^\((\S+)\)=\s*$", text, re.M))
         anchors |= set(re.findall(r"^:label:\s*(\S+)", text, re.M))
         anchors |= set(re.findall(r"^<!-- label: (\S+) -->", text, re.M))
