@@ -197,9 +197,4 @@ def test_repeated_markers_are_refused_and_nothing_is_written(tmp_path):
 
 def test_every_chapter_of_the_book_opens_with_its_line():
     stale = chapter_paths.run(ROOT, write=False)
-    written = any(chapter_paths.START in "".join(json.loads(p.read_text())["cells"][0]["source"])
-                  for p in study_time.notebooks(ROOT).values())
-    if not written:
-        pytest.skip("no chapter carries the line yet: run python scripts/chapter_paths.py "
-                    "--write")
     assert stale == [], "\n".join(stale) + "\nrun: python scripts/chapter_paths.py --write"
