@@ -70,6 +70,15 @@ def torch_threads():
         torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def site():
+    """The website, built by scripts/build-book once for the whole run (every worker reads
+    the same build; see built_site.py)."""
+    from built_site import build_once
+
+    return build_once()
+
+
 @pytest.fixture(params=DTYPES, ids=["float32", "float64"])
 def dtype(request):
     return request.param
@@ -81,11 +90,14 @@ def dtype(request):
 # alone on one core: the site's build and browser ~70 s, chapters 9 and 10 ~20 s each, the
 # other chapters 4-15 s, each unit-test file under 12 s. A wrong order costs time, nothing else.
 LONGEST_FIRST = (
-    "tests/test_site.py",
+    "tests/test_site.py",                 # builds the site (built_site.py) for the three below
+    "tests/test_site_repository.py",      # its own build, beside the first
     "chapters/10_inference.ipynb",
     "chapters/12_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
     "tests/test_jupyterlab.py",
+    "tests/test_site_browser.py",
+    "tests/test_site_pdf.py",
     "chapters/02_why_sqrt_dk.ipynb",
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",

@@ -2,7 +2,7 @@
 is the same on every run, and its controls are real form controls.
 
 The browser checks (drawn on the built site, driven by the keyboard, no console errors) are in
-tests/test_site.py.
+tests/test_site_browser.py.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_every_control_is_a_slider_or_a_checkbox_the_notebook_leaves_its_keys_to
 
 
 def test_every_chart_is_as_wide_as_the_column(figures):
-    # (the site widens it to its column: tests/test_site.py measures it there)
+    # (the site widens it to its column: tests/test_site_browser.py measures it there)
     for name, fig in figures.items():
         spec = fig.spec
         assert spec["autosize"] == {"type": "fit-x", "contains": "padding"}, name

@@ -3,7 +3,7 @@
 The bundle is built once (a few seconds: attncore's wheel); its notebooks must hold no
 solution, every exercise and check cell, and code cells and outputs identical to the
 course's (which the suite runs under nbval), and one short notebook runs under nbval. The
-PDF's page is assembled from a small site here; tests/test_site.py assembles it from the
+PDF's page is assembled from a small site here; tests/test_site_pdf.py assembles it from the
 built site (without printing it again)."""
 
 from __future__ import annotations
