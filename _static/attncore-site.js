@@ -1,28 +1,63 @@
 // Inline math wider than the line it sits in gets its own horizontal scroll box (see
 // attncore-site.css); the rest keeps its baseline. Runs once MathJax has typeset the page,
-// and again when the window changes width.
+// and again when the window changes width. And punctuation right after inline math stays on
+// the formula's line: a browser may break a line after MathJax's inline box and start the
+// next one with ". The width" or ": the first"; the formula and the marks that follow it go
+// into one span.attncore-nowrap, inside which no line breaks.
 (function () {
   "use strict";
+  var PUNCTUATION = /^[.,;:!?)\]\u2019\u201d]+/;
+  function keepPunctuationWithMath() {
+    document.querySelectorAll("mjx-container:not([display='true'])").forEach(function (m) {
+      var next = m.nextSibling;
+      var parent = m.parentNode;
+      if (!parent || !next || next.nodeType !== Node.TEXT_NODE) return;
+      if (parent.classList && parent.classList.contains("attncore-nowrap")) return;
+      var marks = PUNCTUATION.exec(next.nodeValue);
+      if (!marks) return;
+      var glued = document.createElement("span");
+      glued.className = "attncore-nowrap";
+      parent.insertBefore(glued, m);
+      glued.appendChild(m);
+      glued.appendChild(document.createTextNode(marks[0]));
+      next.nodeValue = next.nodeValue.slice(marks[0].length);
+    });
+  }
   function markWideMath() {
     document.querySelectorAll("mjx-container:not([display='true'])").forEach(function (m) {
       m.classList.remove("attncore-wide");
       var parent = m.parentElement;
+      var glued = parent && parent.classList.contains("attncore-nowrap") ? parent : null;
+      if (glued) {
+        glued.classList.remove("attncore-nowrap-off");
+        parent = glued.parentElement;
+      }
       if (!parent) return;
       var room = parent.getBoundingClientRect().right;
       var viewport = document.documentElement.clientWidth;
-      if (m.getBoundingClientRect().right > Math.min(room, viewport) + 1) {
+      var limit = Math.min(room, viewport) + 1;
+      if (m.getBoundingClientRect().right > limit) {
         m.classList.add("attncore-wide");
       }
+      // A formula that fills its line pushes the marks after it past the edge: there they
+      // may wrap after all, rather than widen the page.
+      if (glued && glued.getBoundingClientRect().right > limit) {
+        glued.classList.add("attncore-nowrap-off");
+      }
     });
+  }
+  function afterTypeset() {
+    keepPunctuationWithMath();
+    markWideMath();
   }
   function whenTypeset(tries) {
     var mj = window.MathJax;
     if (mj && mj.startup && mj.startup.promise) {
-      mj.startup.promise.then(markWideMath);
+      mj.startup.promise.then(afterTypeset);
     } else if (document.querySelector("script[src*='mathjax' i]") && (tries || 0) < 200) {
       setTimeout(function () { whenTypeset((tries || 0) + 1); }, 50);   // not loaded yet
     } else {
-      markWideMath();
+      afterTypeset();
     }
   }
   if (document.readyState === "loading") {

@@ -408,17 +408,19 @@ ANSWERS: dict[str, Answers] = {
     "ex-positions-offset-matrix": Answers(
         right={"offset_matrix": (
             "def offset_matrix(k, d):\n"
+            "    h = d // 2\n"
             "    t = np.zeros((d, d))\n"
             "    for i, w in enumerate(ac.position_frequencies(d)):\n"
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
-            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]\n"
+            "        t[i, i], t[i, i + h], t[i + h, i], t[i + h, i + h] = c, -s, s, c\n"
             "    return t")},
+        # the theorem's matrix copied: right for the interleaved layout, not for this one
         wrong={"offset_matrix": (
             "def offset_matrix(k, d):\n"
             "    t = np.zeros((d, d))\n"
             "    for i, w in enumerate(ac.position_frequencies(d)):\n"
             "        c, s = math.cos(k * w), math.sin(k * w)\n"
-            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]\n"
+            "        t[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]\n"
             "    return t")}),
     "ex-positions-your-sinusoidal": Answers(
         right={"my_sinusoidal": _MY_SINUSOIDAL.format(exponent="np.arange(0, d, 2) / d")},
@@ -454,11 +456,12 @@ ANSWERS: dict[str, Answers] = {
         wrong={"ex1_flops": "8 * 1024 * 768**2 + 4 * 1024**2 * 64"}),   # d_k for d_model
     "ex-mha-window": Answers(
         right={"ex2_window": "np.tril(np.ones((5, 5), bool)) & np.triu(np.ones((5, 5), bool), -2)",
-               "ex2_attn_mask": "~(np.tril(np.ones((5, 5), bool)) "
-                                "& np.triu(np.ones((5, 5), bool), -2))"},
-        # the silent error of the chapter: the attncore mask passed to nn.MultiheadAttention
-        wrong={"ex2_attn_mask": "np.tril(np.ones((5, 5), bool)) "
-                                "& np.triu(np.ones((5, 5), bool), -2)"}),
+               "ex2_attn_mask": "np.where(np.tril(np.ones((5, 5), bool)) "
+                                "& np.triu(np.ones((5, 5), bool), -2), 0.0, -np.inf)"},
+        # the boolean attn_mask turned into numbers: 1 is added to the forbidden scores,
+        # which forbids nothing
+        wrong={"ex2_attn_mask": "(~(np.tril(np.ones((5, 5), bool)) "
+                                "& np.triu(np.ones((5, 5), bool), -2))).astype(float)"}),
     "ex-mha-swap": Answers(
         right={"swap_heads": _SWAP_HEADS + ",\n                   w_o=p.w_o[order, :])"},
         # the heads' projections move but what they write (the rows of W_O) does not
@@ -526,12 +529,12 @@ ANSWERS: dict[str, Answers] = {
         right={"my_encoder_layer": _ENCODER_LAYER},
         # pre-norm: each sub-layer reads a normalised copy, the stream is never normalised
         wrong={"my_encoder_layer": _PRE_NORM_ENCODER_LAYER}),
-    "ex-inside-mean-pool": Answers(
-        right={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
-                               "    w = mask[..., None].astype(hidden.dtype)\n"
-                               "    return (hidden * w).sum(axis=1) / w.sum(axis=1)"},
-        wrong={"my_mean_pool": "def my_mean_pool(hidden, mask):\n"
-                               "    return hidden.mean(axis=1)"}),
+    "ex-inside-max-pool": Answers(
+        right={"my_max_pool": "def my_max_pool(hidden, mask):\n"
+                              "    return np.where(mask[..., None], hidden, -np.inf).max(axis=1)"},
+        # the mean pooling's trick: padding multiplied by 0, which still competes
+        wrong={"my_max_pool": "def my_max_pool(hidden, mask):\n"
+                              "    return (hidden * mask[..., None]).max(axis=1)"}),
     "ex-inside-value-bias": Answers(
         right={"my_folded_b_o": "from attncore.pretrained import MiniLM\n"
                                 "_a = MiniLM.load().params.layers[0].attention\n"

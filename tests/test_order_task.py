@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from attncore.lab.order_task import (
     LookbackConfig,
     init_order_model,
     lookback_batch,
+    plot_lookback_losses,
     train_lookback,
 )
 from attncore.lab.training import IGNORE_INDEX, evaluate
@@ -115,3 +118,22 @@ def test_training_without_positions_stays_near_the_bound():
     model, _ = train_lookback(positions="none", steps=40)
     tokens, targets = lookback_batch(np.random.default_rng(9), 400, 12, 24, lag=2)
     assert evaluate(model, tokens, targets)[1] < 1 / 11 + 0.03
+
+
+def test_plot_lookback_losses_draws_each_run_and_the_uniform_guess():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    config = LookbackConfig(seq_len=12, lag=2)
+    losses = {"learned": [2.0, 1.0, 0.5], "rope": [2.0, 0.8, 0.1]}
+    ax = plot_lookback_losses(losses, config, background=["learned"])
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines][:2] == ["learned", "rope"]
+    assert list(lines[1].get_ydata()) == [2.0, 0.8, 0.1]
+    assert lines[0].get_linewidth() < lines[1].get_linewidth()   # the reference is thin
+    assert lines[2].get_ydata()[0] == pytest.approx(math.log(11))
+    assert ax.get_yscale() == "log" and "n = 12, k = 2" in ax.get_title()
+    plt.close("all")
+    with pytest.raises(KeyError, match="sinusoidal"):
+        plot_lookback_losses(losses, config, background=["sinusoidal"])

@@ -83,3 +83,10 @@ def test_saved_for_backward_counts_each_storage_once():
     # a view of a saved tensor adds nothing; nothing requires grad: nothing saved
     assert saved_for_backward(lambda: (x.T.T @ w) + (x @ w)).nbytes == 4 * (12 + 15)
     assert saved_for_backward(lambda: x.detach() @ w.detach()) == ([], 0)
+
+
+def test_trimmed_shapes_leave_out_leading_axes_of_size_one_only():
+    from attncore.lab.torch_memory import SavedTensors
+
+    saved = SavedTensors([(1, 1, 8, 4), (1, 1, 8, 1), (8, 1, 4), (1, 1), (3,)], 0)
+    assert saved.trimmed_shapes() == [(8, 4), (8, 1), (8, 1, 4), (), (3,)]

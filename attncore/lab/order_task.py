@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -292,3 +292,49 @@ def train_lookback(config: LookbackConfig | None = None, **overrides: Any
             opt.step()
             losses.append(float(loss.detach()))
     return model, losses
+
+
+def plot_lookback_losses(losses: Mapping[str, Sequence[float]], config: LookbackConfig,
+                         *, background: Sequence[str] = ()) -> Any:
+    """Draw training-loss curves of the look-back task, on a log scale, in a new figure.
+
+    Chapters 6 and 7 draw their runs with it, so the two figures read alike: one curve per
+    entry of ``losses`` against the training step, and a dotted line at ``log(n - 1)``, the
+    loss of a uniform guess among the other tokens (``n = config.seq_len``).
+
+    Parameters
+    ----------
+    losses : mapping from a run's name (the legend's label) to its losses, one float per step
+        (what :func:`train_lookback` returns).
+    config : the runs' :class:`LookbackConfig`; its ``seq_len`` and ``lag`` set the dotted
+        line and the title.
+    background : names in ``losses`` drawn thin and grey, as a reference for the others.
+
+    Returns
+    -------
+    The matplotlib ``Axes`` (the caller shows the figure, e.g. with ``plt.show()``).
+
+    Raises
+    ------
+    KeyError
+        If a name in ``background`` is not in ``losses``.
+    """
+    import matplotlib.pyplot as plt
+
+    missing = [name for name in background if name not in losses]
+    if missing:
+        raise KeyError(f"background names not in losses: {missing}")
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    greys = iter(("0.55", "0.75", "0.35", "0.85"))
+    for name, curve in losses.items():
+        style = {"color": next(greys), "lw": 1} if name in background else {}
+        ax.plot(np.arange(1, len(curve) + 1), curve, label=name, **style)
+    ax.axhline(math.log(config.seq_len - 1), color="gray", ls=":",
+               label="log(n - 1): a uniform guess\namong the other tokens")
+    ax.set_yscale("log")
+    ax.set(xlabel="training step", ylabel="training loss (cross-entropy)",
+           title=f"the look-back task (n = {config.seq_len}, k = {config.lag})")
+    ax.tick_params(labelsize=11)
+    ax.legend(fontsize=10, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return ax

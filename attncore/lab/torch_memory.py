@@ -146,6 +146,21 @@ class SavedTensors(NamedTuple):
     shapes: list
     nbytes: int
 
+    def trimmed_shapes(self) -> list:
+        """``shapes`` with the leading axes of size 1 of each shape left out, in order.
+
+        For one head of one sequence, ``(1, 1, n, d)`` reads ``(n, d)``; trailing and inner
+        axes of size 1 stay, ``(1, 1, n, 1)`` reads ``(n, 1)``, and a shape of ones only
+        reads ``()``. Returns a list of tuples of ints, one per saved tensor.
+        """
+        trimmed = []
+        for shape in self.shapes:
+            start = 0
+            while start < len(shape) and shape[start] == 1:
+                start += 1
+            trimmed.append(tuple(shape[start:]))
+        return trimmed
+
 
 def saved_for_backward(fn: Callable[[], Any]) -> SavedTensors:
     """The tensors that autograd saves while ``fn()`` runs, for the backward pass.

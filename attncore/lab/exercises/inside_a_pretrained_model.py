@@ -7,34 +7,47 @@ import functools
 import numpy as np
 
 from ...pretrained.checkpoint import default_model_dir
-from ...pretrained.layers import mean_pool
 from . import Verdict, exercise
 from ._reports import report_verdict
 
 
-@exercise("ex-inside-mean-pool")
-def mean_pool_function(fn) -> Verdict:
-    """The reader's masked mean pooling, on seeded random padded batches."""
+def masked_max_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Feature-wise maximum over each sequence's real tokens.
+
+    ``hidden`` ``(batch, n, d)``, ``mask`` ``(batch, n)`` boolean (True at real tokens, at
+    least one per sequence); returns ``(batch, d)`` in ``hidden``'s dtype.
+    """
+    return np.where(mask[..., None], hidden, -np.inf).max(axis=1).astype(hidden.dtype)
+
+
+@exercise("ex-inside-max-pool")
+def max_pool_function(fn) -> Verdict:
+    """The reader's masked max pooling, on seeded random padded batches whose padding
+    positions hold large values."""
     if not callable(fn):
-        return Verdict(False, f"expected a function my_mean_pool(hidden, mask), got "
+        return Verdict(False, f"expected a function my_max_pool(hidden, mask), got "
                               f"{type(fn).__name__}")
     rng = np.random.default_rng(10)
     for lengths in ([5, 2, 3], [1, 4], [6]):
         n = max(lengths)
-        hidden = rng.standard_normal((len(lengths), n, 4))
         mask = np.arange(n)[None, :] < np.array(lengths)[:, None]
-        expected = mean_pool(hidden, mask)
+        hidden = rng.standard_normal((len(lengths), n, 4))
+        hidden[~mask] = 5.0          # padding vectors that would win if they counted
+        expected = masked_max_pool(hidden, mask)
         got = np.asarray(fn(hidden.copy(), mask.copy()), dtype=float)
         if got.shape != expected.shape:
             return Verdict(False, f"for hidden of shape {hidden.shape} expected one vector "
                                   f"per sequence, shape {expected.shape}, got {got.shape}")
         if not np.allclose(got, expected, rtol=1e-10, atol=1e-12):
-            if np.allclose(got, hidden.mean(axis=1)):
-                return Verdict(False, "this averages the padding positions as well: only "
-                                      "the real tokens should count.")
-            return Verdict(False, "the result differs from the average over each "
-                                  "sequence's real tokens; check the sum and the count.")
-    return Verdict(True, "Padding positions neither add to the sum nor to the count.")
+            if np.allclose(got, hidden.max(axis=1)):
+                return Verdict(False, "the padding positions take part in the maximum: "
+                                      "only the real tokens should count.")
+            if np.allclose(got, (hidden * mask[..., None]).max(axis=1)):
+                return Verdict(False, "a padding position set to 0 still competes: where "
+                                      "a feature is negative at every real token, 0 wins.")
+            return Verdict(False, "the result differs from the maximum over each "
+                                  "sequence's real tokens, feature by feature.")
+    return Verdict(True, "Padding positions can never win the maximum.")
 
 
 def _layer0_attention_biases() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -89,6 +89,21 @@ def _as_bool_matrix(name: str, value) -> np.ndarray:
     return value
 
 
+def _as_float_matrix(name: str, value) -> np.ndarray:
+    if hasattr(value, "detach"):                         # a torch tensor
+        value = value.detach().cpu().numpy()
+    value = np.asarray(value)
+    if value.dtype == bool:
+        raise TypeError(f"{name} should be a float mask this time (it is added to the "
+                        f"scores), got a boolean one")
+    if not np.issubdtype(value.dtype, np.floating):
+        raise TypeError(f"{name} should be a float mask, got dtype {value.dtype}")
+    if value.shape != (WINDOW_N, WINDOW_N):
+        raise ValueError(f"{name} should have shape ({WINDOW_N}, {WINDOW_N}) (queries x "
+                         f"keys), got {value.shape}")
+    return value.astype(np.float64)
+
+
 def window_mask() -> np.ndarray:
     """True where query i may attend to key j: i - WINDOW < j <= i."""
     i, j = np.arange(WINDOW_N)[:, None], np.arange(WINDOW_N)[None, :]
@@ -114,21 +129,24 @@ def _layers_agree(window: np.ndarray, attn_mask: np.ndarray) -> bool:
 
 @exercise("ex-mha-window")
 def window(window_answer, attn_mask) -> Verdict:
-    """The sliding-window mask in attncore's convention and in nn.MultiheadAttention's."""
+    """The sliding-window mask in attncore's convention, and as nn.MultiheadAttention's
+    float ``attn_mask``."""
     window_answer = _as_bool_matrix("ex2_window", window_answer)
-    attn_mask = _as_bool_matrix("ex2_attn_mask", attn_mask)
+    attn_mask = _as_float_matrix("ex2_attn_mask", attn_mask)
     ok_window = np.array_equal(window_answer, window_mask())
     agree = ok_window and _layers_agree(window_answer, attn_mask)
     details = _parts(attncore_mask=ok_window, torch_attn_mask=agree)
     if ok_window and agree:
         return Verdict(True, "The two layers agree: one mask says where attention may go, "
-                             "the other where it may not.", details)
+                             "the other what is added to the scores to forbid the rest.",
+                       details)
     if not ok_window:
         return Verdict(False, "query i may see keys i-2, i-1 and i, and none in the future; "
                               "build it from index grids i (a column) and j (a row).",
                        details)
-    return Verdict(False, "the layers disagree: which positions does a True in "
-                          "nn.MultiheadAttention's boolean attn_mask mark?", details)
+    return Verdict(False, "the layers disagree: a float attn_mask is added to the scores; "
+                          "what must be added where attention may go, and what where it "
+                          "may not?", details)
 
 
 def _layer_with_biases(seed: int) -> MultiHeadParams:

@@ -10,10 +10,23 @@ from ...positions import sinusoidal_positions
 from . import Verdict, exercise
 
 
+def half_layout(pe: np.ndarray) -> np.ndarray:
+    """The sinusoidal encoding ``(..., d)`` laid out as all its sines, then all its cosines.
+
+    Feature ``i`` holds ``sin(p omega_i)`` and feature ``i + d/2`` holds ``cos(p omega_i)``,
+    for ``i < d/2``: the same numbers as :func:`attncore.positions.sinusoidal_positions`,
+    whose pairs are interleaved, in another order. Returns an array of ``pe``'s shape.
+    """
+    d = pe.shape[-1]
+    return pe[..., np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])]
+
+
 @exercise("ex-positions-offset-matrix")
 def offset_matrix(offset_matrix) -> Verdict:
     """The reader's ``offset_matrix(k, d)``: a ``(d, d)`` matrix ``T`` with
-    ``PE[p + k] = PE[p] @ T`` for every position ``p`` (sinusoidal, base 10000)."""
+    ``PE'[p + k] = PE'[p] @ T`` for every position ``p``, where ``PE'`` is the sinusoidal
+    encoding (base 10000) with its sines first and its cosines after them
+    (:func:`half_layout`)."""
     if not callable(offset_matrix):
         return Verdict(False, f"expected a function offset_matrix(k, d), got "
                               f"{type(offset_matrix).__name__}")
@@ -24,19 +37,26 @@ def offset_matrix(offset_matrix) -> Verdict:
             if t.shape != (d, d):
                 return Verdict(False, f"offset_matrix({k}, {d}) has shape {t.shape}; T maps "
                                       f"a row of width d to a row of width d.")
-            pe = sinusoidal_positions(n + k, d)
+            interleaved = sinusoidal_positions(n + k, d)
+            pe = half_layout(interleaved)
             gap = float(np.abs(pe[:n] @ t - pe[k:]).max())
             if not gap < 1e-9:
-                # PE[p] @ T landed k places the wrong way, or nowhere in particular
-                wrong_way = k and np.abs(pe[k:] @ t - pe[:n]).max() < 1e-9
-                hint = ("it moves every position k places back instead of forward: check "
-                        "the sign of the sine terms" if wrong_way else
-                        "work out one (sin, cos) pair on paper with the angle-addition "
-                        "formulas, then place one 2 x 2 block per frequency")
-                return Verdict(False, f"PE[p] @ offset_matrix({k}, {d}) differs from "
-                                      f"PE[p + {k}] by up to {gap:.2g}; {hint}.")
-    return Verdict(True, "One block-diagonal matrix per offset, the same for every "
-                         "position: an offset is a rotation of each (sin, cos) pair.")
+                # PE'[p] @ T landed k places the wrong way, in the other layout, or nowhere
+                if k and np.abs(pe[k:] @ t - pe[:n]).max() < 1e-9:
+                    hint = ("it moves every position k places back instead of forward: "
+                            "check the sign of the sine terms")
+                elif d > 2 and np.abs(interleaved[:n] @ t - interleaved[k:]).max() < 1e-9:
+                    hint = ("that matrix is for the interleaved layout of "
+                            "ac.sinusoidal_positions; here the sine and the cosine of one "
+                            "frequency are not neighbours")
+                else:
+                    hint = ("work out where the sine and the cosine of frequency i sit, "
+                            "and which entries of T mix those two features only")
+                return Verdict(False, f"PE'[p] @ offset_matrix({k}, {d}) differs from "
+                                      f"PE'[p + {k}] by up to {gap:.2g}; {hint}.")
+    return Verdict(True, "One matrix per offset, the same for every position: each "
+                         "frequency's (sin, cos) pair is rotated wherever its two features "
+                         "sit.")
 
 
 # ex-positions-which-targets: each task gives position i of a sequence of distinct tokens a
