@@ -69,6 +69,34 @@ def test_interleaved_rope_on_the_stored_rows_gives_the_same_scores():
                                rtol=1e-12, atol=1e-10)
 
 
+def test_the_faster_reader_parses_what_ggufs_reader_parses(tiny_path, tiny):
+    """The reader read_llama_gguf uses (arrays of strings and scalars parsed in one loop)
+    and its dequantization (gguf's per-block arithmetic over more rows at a time) give
+    exactly what gguf's own GGUFReader and gguf.quants.dequantize give."""
+    from gguf.quants import dequantize
+
+    ours, theirs = tiny.gguf._reader, gguf.GGUFReader(tiny_path)
+    assert type(ours) is not gguf.GGUFReader                   # the faster one was used
+    assert list(ours.fields) == list(theirs.fields)
+    for key, mine in ours.fields.items():
+        other = theirs.fields[key]
+        assert (mine.offset, mine.name, mine.data, mine.types) == \
+            (other.offset, other.name, other.data, other.types), key
+        assert len(mine.parts) == len(other.parts), key
+        for a, b in zip(mine.parts, other.parts):
+            assert a.dtype == b.dtype and np.array_equal(a, b), key
+    assert ours.fields["tokenizer.ggml.tokens"].contents() == \
+        theirs.fields["tokenizer.ggml.tokens"].contents()
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    kinds = set()
+    for t in theirs.tensors:
+        kinds.add(t.tensor_type.name)
+        expected = dequantize(t.data, t.tensor_type).reshape(tiny.quantization[t.name].shape)
+        got = tiny.gguf.dequantize(t.name)
+        assert got.dtype == np.float32 and np.array_equal(got, expected), t.name
+    assert kinds == {"Q4_1", "Q8_0", "F32"}
+
+
 def test_the_file_is_read_and_equals_transformers_llama(tiny):
     transformers = pytest.importorskip("transformers")
     from attncore.lab.llama_reference import transformers_llama
