@@ -5,7 +5,8 @@ The browser checks load built pages (tests/built_site.py builds the site once fo
 disk in headless Chromium (one browser for all pages, driven through its DevTools pipe: see
 headless_chromium.py), with every network request refused, assert that MathJax (served from the
 site itself) typeset the formulas, and that no page reported an error: no uncaught exception, no
-console.error, no file that failed to load.
+console.error, no file that failed to load. Each page is loaded once for all of its checks (the
+on_a_phone fixture): typesetting it is most of what a check costs.
 """
 
 from __future__ import annotations
