@@ -60,10 +60,14 @@ def on_a_phone(site, browser) -> dict[Path, Loaded]:
 
     The same load serves all of them because none of them depends on the width: MathJax
     typesets the same formulas, the sphinx-togglebutton script collapses the same solutions,
-    the keyboard and the dark mode act on a figure alike at either width. A page's console is
-    also read at a phone's width only: the browser's own window (780 px wide) is narrower than
-    the theme's desktop layout too (its sidebars fold under 992 px), so a wide screen's
-    scripts were never run here either.
+    the keyboard and the dark mode act on a figure alike at either width (only a long title
+    breaks into lines on a phone). (Measured on 2026-11-29: on each of the 40 built pages the
+    formulas typeset, the raw TeX left, the solutions shown and the console errors were the
+    same at 420 px as in the browser's own 780 px window.) A wide screen's scripts were never
+    run here either: 780 px is under the theme's desktop layout too (its sidebar folds under
+    992 px), and its scripts ask the width nothing but whether a box scrolls. Pages are loaded
+    two tabs at a time, so that the next one typesets on the other core while these probes run
+    (Chromium.open_each).
     """
     loaded = {}
     for page, tab in browser.open_each(pages(site), width=PHONE):
