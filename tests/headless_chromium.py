@@ -307,38 +307,49 @@ class Chromium:
         """
         queue = list(pages)
         started: list[tuple[Path, str, str]] = []       # (page, target, session), in order
-        while queue or started:
-            page = None
-            try:
-                if self._proc is None:
-                    self._start()
-                while queue and len(started) < at_once:
-                    page = queue[0]
-                    started.append((page, *self._begin(page, width, height, window=True)))
-                    queue.pop(0)
-                page, target, session = started[0]
-                tab = self._finish(target, session)
-                started.pop(0)
-            except (BrowserError, OSError) as e:
-                self._stop()
-                if page is None:                # the browser did not start
-                    raise
-                # the page it failed on is reported; the others begun are loaded again
-                queue[:0] = [p for p, _, _ in started if p != page]
-                started.clear()
-                if page in queue:
-                    queue.remove(page)
-                yield page, e if isinstance(e, BrowserError) else BrowserError(str(e))
-                continue
-            try:
-                yield page, tab
-            finally:
-                if self._proc is not None:
-                    tab.close()
-                    self._events = [e for e in self._events if e.get("sessionId") != session]
-                else:       # the caller's probe failed and stopped the browser
+        failed: dict[Path, BrowserError] = {}           # pages to report in their turn
+        try:
+            while queue or started:
+                page = tab = None
+                try:
+                    if self._proc is None:
+                        self._start()
+                    while queue and len(started) < at_once and queue[0] not in failed:
+                        page = queue[0]
+                        started.append((page, *self._begin(page, width, height, window=True)))
+                        queue.pop(0)
+                    if started:
+                        page, target, session = started[0]
+                        tab = self._finish(target, session)
+                        started.pop(0)
+                except (BrowserError, OSError) as e:
+                    self._stop()
+                    if page is None:                # the browser did not start
+                        raise
+                    # reported in its turn; the pages begun before it are loaded again
+                    failed[page] = e if isinstance(e, BrowserError) else BrowserError(str(e))
                     queue[:0] = [p for p, _, _ in started]
                     started.clear()
+                    continue
+                if tab is None:                     # the next page is one that failed
+                    page = queue.pop(0)
+                    yield page, failed.pop(page)
+                    continue
+                try:
+                    yield page, tab
+                finally:
+                    if self._proc is not None:
+                        tab.close()
+                        self._events = [e for e in self._events if e.get("sessionId") != session]
+                    else:       # the caller's probe failed and stopped the browser
+                        queue[:0] = [p for p, _, _ in started]
+                        started.clear()
+        finally:        # the caller stopped early: close the tabs still loading
+            try:
+                for _, target, _ in started if self._proc is not None else ():
+                    self.close_tab(target)
+            except (BrowserError, OSError):
+                self._stop()                # the next call starts a fresh browser
 
     def _open(self, page: Path | str, width: int | None, height: int) -> "Tab":
         self._events.clear()            # events of tabs closed earlier are of no interest
