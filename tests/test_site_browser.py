@@ -155,6 +155,23 @@ def test_the_browser_checks_catch_console_errors_and_raw_tex(browser, tmp_path):
                 f"{what}: another page's error reported: {errors}"
 
 
+@pytest.mark.browser
+def test_a_page_the_browser_fails_on_fails_alone(browser, tmp_path):
+    # on_a_phone's loads: a page that cannot be loaded is reported in its turn, and the pages
+    # loading beside it and after it are still loaded and probed.
+    files = [tmp_path / f"page_{i}.html" for i in range(4)]
+    missing = files[1]
+    for i, page in enumerate(files):
+        if page != missing:
+            page.write_text(f"<!DOCTYPE html><html><body><p>page {i}</p></body></html>")
+    seen = [(page, tab if isinstance(tab, BrowserError) else tab.evaluate(
+                "document.body.textContent"))
+            for page, tab in browser.open_each(files, width=PHONE)]
+    assert [page for page, _ in seen] == files
+    assert isinstance(dict(seen)[missing], BrowserError), seen
+    assert [text for page, text in seen if page != missing] == ["page 0", "page 2", "page 3"]
+
+
 # --- a phone's width: nothing scrolls the page sideways ------------------------------------------
 
 PHONE = 420     # CSS pixels: a large phone held upright
