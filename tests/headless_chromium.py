@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_ext"))
 from browser import browser_or_none  # noqa: E402  (the one lookup, shared with the PDF)
@@ -294,9 +294,74 @@ class Chromium:
                                or details.get("text", "the page's script failed"))
         return answer["result"].get("value")
 
+    def open_each(self, pages: Iterable[Path], *, width: int | None = None, height: int = 900,
+                  at_once: int = 2) -> Iterator[tuple[Path, "Tab | BrowserError"]]:
+        """Each of ``pages`` settled in a fresh tab, as :meth:`open` gives it, in their order:
+        yields ``(page, tab)``, the tab open until the next page is asked for (then closed).
+
+        Up to ``at_once`` pages load at a time: while the caller inspects one tab, the next
+        pages already load and typeset in theirs (each tab's renderer is a process of its
+        own, so they use the other cores while Python waits). A page the browser fails on
+        is yielded with the :class:`BrowserError` in place of its tab; the browser is then
+        started afresh for the pages after it, which are loaded again.
+        """
+        queue = list(pages)
+        started: list[tuple[Path, str, str]] = []       # (page, target, session), in order
+        failed: dict[Path, BrowserError] = {}           # pages to report in their turn
+        try:
+            while queue or started:
+                page = tab = None
+                try:
+                    if self._proc is None:
+                        self._start()
+                    while queue and len(started) < at_once and queue[0] not in failed:
+                        page = queue[0]
+                        started.append((page, *self._begin(page, width, height, window=True)))
+                        queue.pop(0)
+                    if started:
+                        page, target, session = started[0]
+                        tab = self._finish(target, session)
+                        started.pop(0)
+                except (BrowserError, OSError) as e:
+                    self._stop()
+                    if page is None:                # the browser did not start
+                        raise
+                    # reported in its turn; the pages begun before it are loaded again
+                    failed[page] = e if isinstance(e, BrowserError) else BrowserError(str(e))
+                    queue[:0] = [p for p, _, _ in started]
+                    started.clear()
+                    continue
+                if tab is None:                     # the next page is one that failed
+                    page = queue.pop(0)
+                    yield page, failed.pop(page)
+                    continue
+                try:
+                    yield page, tab
+                finally:
+                    if self._proc is not None:
+                        tab.close()
+                        self._events = [e for e in self._events if e.get("sessionId") != session]
+                    else:       # the caller's probe failed and stopped the browser
+                        queue[:0] = [p for p, _, _ in started]
+                        started.clear()
+        finally:        # the caller stopped early: close the tabs still loading
+            try:
+                for _, target, _ in started if self._proc is not None else ():
+                    self.close_tab(target)
+            except (BrowserError, OSError):
+                self._stop()                # the next call starts a fresh browser
+
     def _open(self, page: Path | str, width: int | None, height: int) -> "Tab":
         self._events.clear()            # events of tabs closed earlier are of no interest
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        return self._finish(*self._begin(page, width, height))
+
+    def _begin(self, page: Path | str, width: int | None, height: int, *,
+               window: bool = False) -> tuple[str, str]:
+        """A fresh tab with ``page`` navigated to and its virtual time running: the tab's
+        target and session ids. ``window``: the tab in a window of its own, so that it stays
+        visible beside others (a tab behind another is hidden: no animation frames)."""
+        target = self.call("Target.createTarget", {"url": "about:blank",
+                                                   "newWindow": window})["targetId"]
         session = self.call("Target.attachToTarget",
                             {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
@@ -318,6 +383,11 @@ class Chromium:
         self.call("Emulation.setVirtualTimePolicy",
                   {"policy": "pauseIfNetworkFetchesPending", "budget": VIRTUAL_TIME_MS},
                   session)
+        return target, session
+
+    def _finish(self, target: str, session: str) -> "Tab":
+        """The tab of :meth:`_begin` once its budget of virtual time is spent and MathJax,
+        if the page loads it, has typeset it."""
         self.wait_for("Emulation.virtualTimeBudgetExpired", session)
         # Then, with the clock running again, make sure MathJax has finished typesetting
         # rather than trusting that the budget was enough.
