@@ -244,19 +244,35 @@ window.attncoreWait = ms => new Promise(resolve => {
     const texts = () => cells().map(c => c.model.type !== 'markdown' ? null
         : (rendered(c) ? rendered(c).innerText : null));
     const settle = async () => {
+      // Settled: every markdown cell rendered, and its text the same 250 ms apart. Where the
+      // page changes nothing at all for 250 ms (no change to the document seen by a
+      // MutationObserver), the text is the same 250 ms apart: that is noticed within 20 ms
+      // of those 250 ms, not at the next of the readings 250 ms apart.
       const start = Date.now();
-      let last = null;
-      while (Date.now() - start < %(limit_ms)d) {
-        dismiss();
-        const now = texts();
-        // rendered: a node with text for every markdown cell that has a source
-        const done = now.every((t, i) => cells()[i].model.type !== 'markdown' ||
-            (t !== null && (t.trim() !== '' ||
-                            cells()[i].model.sharedModel.source.trim() === '')));
-        const key = JSON.stringify(now);
-        if (done && key === last) return now;
-        last = done ? key : null;
-        await sleep(250);
+      let changed = Date.now();
+      const observer = new MutationObserver(() => { changed = Date.now(); });
+      observer.observe(document.documentElement, {subtree: true, childList: true,
+                                                  characterData: true, attributes: true});
+      try {
+        let last = null, readAt = 0;
+        while (Date.now() - start < %(limit_ms)d) {
+          dismiss();
+          const quiet = Date.now() - changed >= 250;
+          if (quiet || Date.now() - readAt >= 250) {
+            readAt = Date.now();
+            const now = texts();
+            // rendered: a node with text for every markdown cell that has a source
+            const done = now.every((t, i) => cells()[i].model.type !== 'markdown' ||
+                (t !== null && (t.trim() !== '' ||
+                                cells()[i].model.sharedModel.source.trim() === '')));
+            const key = JSON.stringify(now);
+            if (done && (quiet || key === last)) return now;
+            last = done ? key : null;
+          }
+          await sleep(quiet ? 250 : 20);
+        }
+      } finally {
+        observer.disconnect();
       }
       throw new Error('the notebook did not finish rendering within %(limit_ms)d ms');
     };
