@@ -50,6 +50,12 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--proxy-server=http://127.0.0.1:9",
          "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
 
+# What Chromium does to a tab that is not in front, and (Chromium(background_throttling=False))
+# does not: timers slowed to once a second and less, the renderer's process given a lower
+# priority, a hidden window's rendering paused.
+UNTHROTTLED = ["--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+               "--disable-backgrounding-occluded-windows"]
+
 # Virtual milliseconds a page runs before it is read, as chromium --virtual-time-budget=20000.
 VIRTUAL_TIME_MS = 20000
 
@@ -90,11 +96,15 @@ class Chromium:
     every process it started) if it does not close.
     """
 
-    def __init__(self, timeout: float = 120.0):
+    def __init__(self, timeout: float = 120.0, *, background_throttling: bool = True):
+        """``background_throttling=False``: a tab in the background runs its timers and
+        renders at full speed, as the one in front does, so that pages that work on their
+        own (JupyterLab) can be driven side by side."""
         if CHROMIUM is None:
             raise BrowserError(f"{NO_BROWSER} (scripts/test installs Debian's chromium when "
                                f"run as root)")
         self.timeout = timeout
+        self._flags = FLAGS + ([] if background_throttling else UNTHROTTLED)
         self._proc: subprocess.Popen | None = None
         self._start()
 
@@ -122,7 +132,7 @@ class Chromium:
 
         try:
             self._proc = subprocess.Popen(
-                [CHROMIUM, *FLAGS, f"--user-data-dir={self._profile.name}",
+                [CHROMIUM, *self._flags, f"--user-data-dir={self._profile.name}",
                  "--remote-debugging-pipe", "about:blank"],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 # its own process group, so that the browser and its helpers can be killed
@@ -258,14 +268,21 @@ class Chromium:
             self._stop()
             raise
 
-    def open_tab(self, url: str, *, width: int = 1400, height: int = 1000) -> tuple[str, str]:
+    def open_tab(self, url: str, *, width: int = 1400, height: int = 1000,
+                 new_window: bool = False) -> tuple[str, str]:
         """Open ``url`` in a new tab with a ``width`` x ``height`` viewport; return the tab's
         target and session ids (for :meth:`evaluate` and :meth:`close_tab`). Unlike
         :meth:`open`, the page's clock runs in real time (a live server's page, JupyterLab,
-        keeps working): wait for what the page does with :meth:`evaluate`."""
+        keeps working): wait for what the page does with :meth:`evaluate`.
+
+        ``new_window``: the tab in a window of its own, where it stays in front (visible)
+        when another tab opens: a page hidden behind another gets no animation frames,
+        which JupyterLab waits for to draw. (See also ``background_throttling``.)"""
         if self._proc is None:
             self._start()
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        target = self.call("Target.createTarget",
+                           {"url": "about:blank", **({"newWindow": True} if new_window else {})}
+                           )["targetId"]
         session = self.call("Target.attachToTarget",
                             {"targetId": target, "flatten": True})["sessionId"]
         self.call("Runtime.enable", session=session)
@@ -276,6 +293,14 @@ class Chromium:
         if navigation.get("errorText"):
             raise BrowserError(f"{url}: {navigation['errorText']}")
         return target, session
+
+    def navigate(self, url: str, session: str) -> None:
+        """Load ``url`` in the tab of ``session`` (from :meth:`open_tab`), in place of its
+        page: cheaper than a fresh tab, which starts a renderer. The clock runs in real time,
+        as in :meth:`open_tab`; raises :class:`BrowserError` where the page cannot load."""
+        navigation = self.call("Page.navigate", {"url": url}, session)
+        if navigation.get("errorText"):
+            raise BrowserError(f"{url}: {navigation['errorText']}")
 
     def close_tab(self, target: str) -> None:
         self.call("Target.closeTarget", {"targetId": target})

@@ -108,6 +108,9 @@ COMMENT = re.compile(r"(?:^|\n)%(?: [^\n]*)?(?=\n|$)")
 # Time limits, seconds: the server's start, one notebook's rendering, and all the reading:
 # READ_S for each notebook a server shows (about 2 to 15 s each on a busy 2-core machine).
 START_S, NOTEBOOK_S, READ_S = 60, 120, 40
+# The longest the test waits on a tab before it looks at the other (under the browser's own
+# time limit, NOTEBOOK_S + 15 s, for one command).
+WAIT_S = 30
 
 
 # --- the servers -----------------------------------------------------------------------------
@@ -147,6 +150,7 @@ class JupyterLab:
             cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
             stderr=subprocess.STDOUT, start_new_session=True)
         self.logfile = config / "lab.log"
+        self._terminated = False
 
     def wait_until_up(self) -> None:
         deadline = time.monotonic() + START_S
@@ -161,11 +165,18 @@ class JupyterLab:
         raise RuntimeError(f"jupyter lab did not listen within {START_S} s:\n"
                            f"{self.logfile.read_text()[-3000:]}")
 
-    def stop(self) -> None:
-        """SIGTERM (the server shuts its kernels down, were there any), 15 s, then kill
-        its process group (the server's own, not yet reaped, so the id is still its)."""
-        if self.proc.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM, once (the server shuts its kernels down, were there any): servers told
+        together shut down side by side."""
+        if self.proc.poll() is None and not self._terminated:
             self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
+
+    def stop(self) -> None:
+        """SIGTERM (see terminate), 15 s, then kill its process group (the server's own, not
+        yet reaped, so the id is still its)."""
+        self.terminate()
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -196,9 +207,26 @@ new Promise((resolve, reject) => {
 # until every markdown cell is rendered and its text has stopped changing, reads each cell,
 # clicks every closed <summary>, reads again, closes the notebook; leaves what it read, or why
 # it could not, in window.attncoreRead[name], and sets window.attncoreDone when done.
+# window.attncoreWait(ms) is a promise of [attncoreDone, attncoreShow] that settles when the
+# reading is done, when it asks for a screenshot, or after ms milliseconds, whichever comes
+# first: the test waits on it rather than asking again and again.
 READ_NOTEBOOKS = r"""
 window.attncoreRead = {};
 window.attncoreDone = false;
+window.attncoreWaiting = [];
+window.attncoreWake = () => {
+  const waiting = window.attncoreWaiting;
+  window.attncoreWaiting = [];
+  waiting.forEach(resolve => resolve());
+};
+window.attncoreWait = ms => new Promise(resolve => {
+  if (window.attncoreDone || (window.attncoreShow && window.attncoreShow !== window.attncoreShown)) {
+    resolve();
+  } else {
+    window.attncoreWaiting.push(resolve);
+    setTimeout(resolve, ms);
+  }
+}).then(() => [window.attncoreDone, window.attncoreShow || null]);
 (async () => {
   const sleep = ms => new Promise(r => setTimeout(r, ms));
   const app = window.jupyterapp;
@@ -216,19 +244,35 @@ window.attncoreDone = false;
     const texts = () => cells().map(c => c.model.type !== 'markdown' ? null
         : (rendered(c) ? rendered(c).innerText : null));
     const settle = async () => {
+      // Settled: every markdown cell rendered, and its text the same 250 ms apart. Where the
+      // page changes nothing at all for 250 ms (no change to the document seen by a
+      // MutationObserver), the text is the same 250 ms apart: that is noticed within 20 ms
+      // of those 250 ms, not at the next of the readings 250 ms apart.
       const start = Date.now();
-      let last = null;
-      while (Date.now() - start < %(limit_ms)d) {
-        dismiss();
-        const now = texts();
-        // rendered: a node with text for every markdown cell that has a source
-        const done = now.every((t, i) => cells()[i].model.type !== 'markdown' ||
-            (t !== null && (t.trim() !== '' ||
-                            cells()[i].model.sharedModel.source.trim() === '')));
-        const key = JSON.stringify(now);
-        if (done && key === last) return now;
-        last = done ? key : null;
-        await sleep(250);
+      let changed = Date.now();
+      const observer = new MutationObserver(() => { changed = Date.now(); });
+      observer.observe(document.documentElement, {subtree: true, childList: true,
+                                                  characterData: true, attributes: true});
+      try {
+        let last = null, readAt = 0;
+        while (Date.now() - start < %(limit_ms)d) {
+          dismiss();
+          const quiet = Date.now() - changed >= 250;
+          if (quiet || Date.now() - readAt >= 250) {
+            readAt = Date.now();
+            const now = texts();
+            // rendered: a node with text for every markdown cell that has a source
+            const done = now.every((t, i) => cells()[i].model.type !== 'markdown' ||
+                (t !== null && (t.trim() !== '' ||
+                                cells()[i].model.sharedModel.source.trim() === '')));
+            const key = JSON.stringify(now);
+            if (done && (quiet || key === last)) return now;
+            last = done ? key : null;
+          }
+          await sleep(quiet ? 250 : 20);
+        }
+      } finally {
+        observer.disconnect();
       }
       throw new Error('the notebook did not finish rendering within %(limit_ms)d ms');
     };
@@ -237,6 +281,7 @@ window.attncoreDone = false;
       const renderedMs = Date.now() - start;
       if (%(pause)s) {                  // let the test take a screenshot first
         window.attncoreShow = path;
+        window.attncoreWake();
         while (window.attncoreShown !== path) await sleep(100);
       }
       const unresolved = cells().map(c => c.model.type !== 'markdown' ? [] :
@@ -269,39 +314,58 @@ window.attncoreDone = false;
       window.attncoreRead[name] = {error: String(e)};
     }
   }
-})().finally(() => { window.attncoreDone = true; });
+})().finally(() => { window.attncoreDone = true; window.attncoreWake(); });
 """
 
 
 def read_notebooks(browser: Chromium, labs: dict[str, JupyterLab],
-                   names: dict[str, list[str]]) -> dict[str, dict[str, dict]]:
+                   names: dict[str, list[str]], meanwhile=None) -> dict[str, dict[str, dict]]:
     """{kind: {name: what the reader sees, or {"error": why}}}: each server read in a tab of
-    its own, one after the other (a tab in the background is throttled), all within READ_S
-    seconds a notebook; ``names[kind]``: the notebooks read in that server."""
+    its own, the tabs side by side (the browser must not throttle a tab in the background:
+    ``Chromium(background_throttling=False)``), all within READ_S seconds a notebook;
+    ``names[kind]``: the notebooks read in that server. ``meanwhile()``, if given, is called
+    once every tab reads (the tabs read on their own), before the reading is awaited."""
     limit = READ_S * sum(len(names[kind]) for kind in labs)
     deadline = time.monotonic() + limit
     seen = {}
-    for kind, lab in labs.items():
-        target, session = browser.open_tab(f"{lab.url}/lab", width=1400, height=4000)
-        try:
+    tabs = {}
+    try:
+        for kind, lab in labs.items():          # the pages load side by side
+            tabs[kind] = browser.open_tab(f"{lab.url}/lab", width=1400, height=4000,
+                                          new_window=True)
+        for kind in labs:
+            _, session = tabs[kind]
             browser.evaluate(APP_READY % {"limit_ms": START_S * 1000}, session,
                              await_promise=True)
             browser.evaluate(READ_NOTEBOOKS % {"names": json.dumps(names[kind]),
                                                "limit_ms": NOTEBOOK_S * 1000,
                                                "pause": json.dumps(bool(SCREENSHOTS))},
                              session)
-            while (not browser.evaluate("window.attncoreDone", session)
-                   and time.monotonic() < deadline):
-                shown = SCREENSHOTS and browser.evaluate("window.attncoreShow", session)
+        if meanwhile is not None:
+            meanwhile()
+        # Wait on each tab's promise; a few seconds at a time where a screenshot may be asked
+        # for (the other tab waits for it meanwhile), else at most WAIT_S at a time.
+        wait_s = 2 if SCREENSHOTS else WAIT_S
+        pending = list(labs)
+        while pending and time.monotonic() < deadline:
+            for kind in list(pending):
+                _, session = tabs[kind]
+                ms = int(1000 * max(0.0, min(wait_s, deadline - time.monotonic())))
+                done, shown = browser.evaluate(f"window.attncoreWait({ms})", session,
+                                               await_promise=True)
                 if shown and shown != browser.evaluate("window.attncoreShown", session):
                     shot = browser.call("Page.captureScreenshot", {"format": "png"}, session)
                     path = Path(SCREENSHOTS) / f"{kind}-{Path(shown).stem}.png"
                     path.write_bytes(base64.b64decode(shot["data"]))
                     browser.evaluate(f"window.attncoreShown = {json.dumps(shown)}", session)
-                time.sleep(0.25)
+                if done:
+                    pending.remove(kind)
+        for kind, (_, session) in tabs.items():
             seen[kind] = browser.evaluate("window.attncoreRead", session)
-        finally:
+    finally:
+        for target, _ in tabs.values():
             browser.close_tab(target)
+    for kind in labs:
         for name in names[kind]:
             seen[kind].setdefault(name, {"error": f"not read within the test's {limit} s"})
     return seen
@@ -352,25 +416,46 @@ def nbconvert_pages(notebooks: dict[str, dict], folder: Path) -> dict[str, Path]
     return pages
 
 
+# Settles with the page's address once the page in the tab has loaded (its load event has
+# fired), or after %(limit_ms)d ms.
+PAGE_LOADED = """
+new Promise(resolve => {
+  if (document.readyState === 'complete') {
+    resolve(location.href);
+  } else {
+    window.addEventListener('load', () => resolve(location.href));
+    setTimeout(() => resolve(location.href), %(limit_ms)d);
+  }
+})
+"""
+
+
 def read_pages(browser: Chromium, pages: dict[str, Path]) -> dict[str, dict]:
-    """{name: what a reader of the nbconvert page sees (as READ_PAGE), or {"error": why}}."""
+    """{name: what a reader of the nbconvert page sees (as READ_PAGE), or {"error": why}}:
+    the pages one after the other in one tab (a page that fails gets a fresh tab), each read
+    once loaded, or after READ_S seconds."""
     seen = {}
-    for name, page in pages.items():
-        try:
-            target, session = browser.open_tab(page.as_uri(), width=1400, height=4000)
-        except BrowserError as e:
-            seen[name] = {"error": str(e)}
-            continue
-        try:
-            deadline = time.monotonic() + READ_S
-            while (browser.evaluate("document.readyState", session) != "complete"
-                   and time.monotonic() < deadline):
-                time.sleep(0.1)
-            seen[name] = browser.evaluate(READ_PAGE, session)
-        except BrowserError as e:
-            seen[name] = {"error": str(e)}
-        finally:
-            browser.close_tab(target)
+    tab = None
+    try:
+        for name, page in pages.items():
+            try:
+                if tab is None:
+                    tab = browser.open_tab(page.as_uri(), width=1400, height=4000)
+                else:
+                    browser.navigate(page.as_uri(), tab[1])
+                shown = browser.evaluate(PAGE_LOADED % {"limit_ms": READ_S * 1000}, tab[1],
+                                         await_promise=True)
+                if shown != page.as_uri():
+                    raise BrowserError(f"the tab shows {shown}, not {page.as_uri()}")
+                seen[name] = browser.evaluate(READ_PAGE, tab[1])
+            except BrowserError as e:
+                seen[name] = {"error": str(e)}
+                if tab is not None:
+                    target, tab = tab[0], None
+                    browser.close_tab(target)
+    finally:
+        if tab is not None:
+            browser.close_tab(tab[0])
     return seen
 
 
@@ -514,22 +599,28 @@ def reading(tmp_path_factory) -> dict[str, dict[str, dict]]:
             stack.callback(lab.stop)
             labs[kind] = lab
         try:
-            browser = Chromium(timeout=NOTEBOOK_S + 15)
+            browser = Chromium(timeout=NOTEBOOK_S + 15, background_throttling=False)
         except BrowserError as e:
             pytest.fail(str(e))
         stack.enter_context(browser)
-        # nbconvert works while the browser reads JupyterLab (which mostly waits)
+        # (run first on the way out: the servers shut down while the browser closes)
+        stack.callback(lambda: [lab.terminate() for lab in labs.values()])
+        # nbconvert works while the servers start, and the browser reads its pages while the
+        # JupyterLab tabs read on their own
         converting = stack.enter_context(ThreadPoolExecutor(1)).submit(
             nbconvert_pages, {name: notebooks[name] for name in READ["nbconvert"]},
             tmp_path_factory.mktemp("nbconvert"))
+        pages = {}
         for lab in labs.values():
             lab.wait_until_up()
-        seen = read_notebooks(browser, labs, {"myst": READ["myst"],
-                                              "plain": [f"markdown/{n}" for n in READ["plain"]]})
+        seen = read_notebooks(
+            browser, labs, {"myst": READ["myst"],
+                            "plain": [f"markdown/{n}" for n in READ["plain"]]},
+            meanwhile=lambda: pages.update(read_pages(browser, converting.result())))
         seen["plain"] = {n: as_in_notebook(seen["plain"][f"markdown/{n}"], notebooks[n])
                          for n in READ["plain"]}
         seen["nbconvert"] = {name: as_in_notebook(read, notebooks[name])
-                             for name, read in read_pages(browser, converting.result()).items()}
+                             for name, read in pages.items()}
         # what the servers run once the notebooks are closed: no kernel (none was started)
         for kind, lab in labs.items():
             with urllib.request.urlopen(f"{lab.url}/api/kernels", timeout=10) as answer:
