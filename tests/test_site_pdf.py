@@ -371,3 +371,22 @@ def test_the_sample_page_holds_only_its_pages_their_contents_and_solutions(tmp_p
         assert "chapters/03_z" in str(err)
     else:
         raise AssertionError("a sample of a page not in the book was accepted")
+
+
+def test_the_published_site_holds_the_whole_books_pdf():
+    # Without a build: the suite's build prints a sample (tests/built_site.py), so the
+    # workflow prints the whole book into the site it publishes, after the suite and before
+    # the upload, without ATTNCORE_PDF_SAMPLE.
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    steps = workflow["jobs"]["test-and-build"]["steps"]
+    runs = [str(step.get("run", "")) for step in steps]
+    uses = [str(step.get("uses", "")) for step in steps]
+    suite = runs.index("./scripts/test")
+    printing = [i for i, run in enumerate(runs) if "_ext/book_pdf.py _build/html" in run]
+    upload = next(i for i, use in enumerate(uses) if use.startswith("actions/upload-pages"))
+    assert printing and suite < printing[-1] < upload, runs
+    assert "ATTNCORE_PDF_SAMPLE" not in runs[printing[-1]] + str(steps[printing[-1]].get("env"))
+    assert "ATTNCORE_PDF_SAMPLE" not in str(workflow.get("env")) + \
+        str(workflow["jobs"]["test-and-build"].get("env"))
