@@ -1,6 +1,7 @@
 """The whole book as one PDF, printed by headless Chromium from the built website.
 
     python _ext/book_pdf.py _build/html          # what scripts/build-book runs after the site
+    ATTNCORE_PDF_SAMPLE=1 python _ext/book_pdf.py _build/html   # the test suite's: a sample
 
 The site's pages, in the order of ``_toc.yml`` (going-further pages after their chapter; the
 API reference left out, see LEFT_OUT), are joined into one printable page,
@@ -18,6 +19,12 @@ so), the code that the site folds away (with its "Show code cell source" toggle)
 self-checks' "Not answered yet" lines are not printed. The print styles (``PRINT_CSS``) make
 tables fit the page and wrap, keep figures and a heading with what follows it whole, and never
 keep whole anything taller than a page (which would leave a blank page).
+
+With ``ATTNCORE_PDF_SAMPLE=1`` (SAMPLE_ENV), which the test suite's build sets, the whole
+page is written all the same but only a sample of the book is printed (SAMPLE: the cover,
+the contents, chapters 0 and 2, chapter 2's going-further page, the performance page, the
+proofs, and the solutions of those pages), from ``_build/print/sample.html``: the print code is tested on a few dozen pages,
+and what needs no print on the whole page.
 
 Chromium (Debian's ``chromium``, as the tests use) loads that page with the network off,
 waits until MathJax has typeset every formula, and prints it with ``Page.printToPDF`` into
@@ -311,16 +318,36 @@ def _toc_item(target: str, name: str, css: str = "") -> str:
             f'<span class="attncore-toc-page" data-target="{target}"></span></li>')
 
 
+# The pages that the test suite's build prints (scripts/build-book with SAMPLE_ENV set; see
+# tests/test_site_pdf.py): one of each kind that the print has to get right, so that the
+# print code is tested on a few dozen pages instead of the whole book. Chapter 0 (a chapter
+# unnumbered), chapter 2 (numbered, with formulas, figures, an interactive figure's still
+# picture, exercises whose solutions fill the part "Solutions to the exercises", and the
+# book's table widest for its formulas, "Common slips in this derivation"), its going-further
+# page (a section of a chapter), the performance page (tables of up to 8 columns, the most
+# of any table in the book: tests/test_site_pdf.py checks that none has more), and the proofs.
+SAMPLE = ("chapters/00_how_to_use", "chapters/02_why_sqrt_dk",
+          "chapters/02_why_sqrt_dk_going_further", "performance", "appendix/proofs")
+SAMPLE_ENV = "ATTNCORE_PDF_SAMPLE"
+SAMPLE_FILE = "sample.html"
+
+
 def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
-             filename: str = "book.html") -> Path:
+             filename: str = "book.html", sample: tuple[str, ...] | None = None) -> Path:
     """Write the printable page of the whole book; return its path. With ``solutions``
     False (the student edition, scripts/student-edition, as ``filename``), they are left
-    out."""
+    out. With ``sample`` (stems of ``_toc.yml``, such as SAMPLE), also write SAMPLE_FILE
+    beside it: the same page with only those pages, their contents entries and their
+    solutions (its path is ``assemble(...).parent / SAMPLE_FILE``). Raises RuntimeError
+    when a page has no article, when a page's interactive figures and its notebook's still
+    pictures differ in number, or when a stem of ``sample`` is not in the book."""
     from bs4 import BeautifulSoup
 
     import yaml
 
     stems = toc_stems(root)
+    if sample is not None and set(sample) - set(stems):
+        raise RuntimeError(f"not in the printed book: {sorted(set(sample) - set(stems))}")
     out_dir = site.parent / PRINT_DIR_NAME
     if filename == "book.html":
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -339,7 +366,7 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
     author = str(config.get("author") or "")
 
     with_solutions = solutions
-    sections, solutions, names = [], [], {}
+    sections, solutions, names = {}, {}, {}
     for stem in stems:
         page = site / f"{stem}.html"
         _, article = _article(page.read_text())
@@ -352,42 +379,51 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
         name = heading.get_text(" ", strip=True).rstrip("#\u00b6 ") if heading else stem
         names[stem] = re.sub(r"\s+", " ", name)
         if taken and with_solutions:
-            solutions.append(f'<h2>{html.escape(names[stem])}</h2>'
-                             + "".join(str(t) for t in taken))
-        sections.append(f'<section class="attncore-print-page" id="{_prefix(stem)}">'
-                        f"{article.decode_contents()}</section>")
-    toc = []
-    for caption, entries in toc_parts(root):
-        if caption:
-            toc.append(f'<li class="attncore-toc-part">{html.escape(caption)}</li>')
-        toc += [_toc_item(_prefix(stem), names[stem], "attncore-toc-sub" if sub else "")
-                for stem, sub in entries if stem in names]
-    if with_solutions:
-        toc.append(_toc_item("solutions", "Solutions to the exercises", "attncore-toc-part"))
-    cover = (f'<section class="attncore-print-page attncore-print-cover">'
-             f'<h1 class="attncore-print-title">{html.escape(title)}</h1>'
-             + (f"<p>{html.escape(author)}</p>" if author else "")
-             + f"<p>Printed from the course's website, {time.strftime('%Y-%m-%d')}</p>"
-             + f'<p class="attncore-print-licence">{html.escape(LICENCE_LINE)}</p>'
-             "</section>")
-    front = (f'<section class="attncore-print-page"><h2>Contents</h2>'
-             f'<ul class="attncore-print-toc">{"".join(toc)}</ul></section>')
-    back = ('<section class="attncore-print-page" id="solutions">'
-            '<h1>Solutions to the '
-            'exercises</h1>' + "".join(solutions) + "</section>") if with_solutions else ""
-    # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that it
-    # adds for screen readers (half of its work), which a printed page cannot use.
-    scripts = [f"<script>{mathjax_config}\n"
-               "window.MathJax.options = Object.assign(window.MathJax.options || {}, "
-               "{enableMenu: false, enableAssistiveMml: false});</script>",
-               f'<script defer src="{static}/mathjax/tex-chtml.js"></script>']
-    page = ("<!DOCTYPE html>\n<html lang=\"en\" data-theme=\"light\"><head>"
-            '<meta charset="utf-8"><title>' + html.escape(title) + "</title>"
-            + "".join(styles) + f"<style>{PRINT_CSS}</style>" + "".join(scripts)
-            + '</head><body><div class="bd-article-container"><article class="bd-article">'
-            + cover + front + "".join(sections) + back + "</article></div></body></html>\n")
+            solutions[stem] = (f'<h2>{html.escape(names[stem])}</h2>'
+                               + "".join(str(t) for t in taken))
+        sections[stem] = (f'<section class="attncore-print-page" id="{_prefix(stem)}">'
+                          f"{article.decode_contents()}</section>")
+
+    def page_of(chosen: list[str]) -> str:
+        toc = []
+        for caption, entries in toc_parts(root):
+            items = [_toc_item(_prefix(stem), names[stem], "attncore-toc-sub" if sub else "")
+                     for stem, sub in entries if stem in chosen]
+            if caption and items:
+                toc.append(f'<li class="attncore-toc-part">{html.escape(caption)}</li>')
+            toc += items
+        if with_solutions:
+            toc.append(_toc_item("solutions", "Solutions to the exercises", "attncore-toc-part"))
+        cover = (f'<section class="attncore-print-page attncore-print-cover">'
+                 f'<h1 class="attncore-print-title">{html.escape(title)}</h1>'
+                 + (f"<p>{html.escape(author)}</p>" if author else "")
+                 + f"<p>Printed from the course's website, {time.strftime('%Y-%m-%d')}</p>"
+                 + f'<p class="attncore-print-licence">{html.escape(LICENCE_LINE)}</p>'
+                 "</section>")
+        front = (f'<section class="attncore-print-page"><h2>Contents</h2>'
+                 f'<ul class="attncore-print-toc">{"".join(toc)}</ul></section>')
+        back = ('<section class="attncore-print-page" id="solutions">'
+                '<h1>Solutions to the '
+                'exercises</h1>' + "".join(solutions[s] for s in chosen if s in solutions)
+                + "</section>") if with_solutions else ""
+        # Print needs neither MathJax's menu nor the hidden MathML copy of each formula that
+        # it adds for screen readers (half of its work), which a printed page cannot use.
+        scripts = [f"<script>{mathjax_config}\n"
+                   "window.MathJax.options = Object.assign(window.MathJax.options || {}, "
+                   "{enableMenu: false, enableAssistiveMml: false});</script>",
+                   f'<script defer src="{static}/mathjax/tex-chtml.js"></script>']
+        return ("<!DOCTYPE html>\n<html lang=\"en\" data-theme=\"light\"><head>"
+                '<meta charset="utf-8"><title>' + html.escape(title) + "</title>"
+                + "".join(styles) + f"<style>{PRINT_CSS}</style>" + "".join(scripts)
+                + '</head><body><div class="bd-article-container"><article class="bd-article">'
+                + cover + front + "".join(sections[s] for s in chosen) + back
+                + "</article></div></body></html>\n")
+
     out = out_dir / filename
-    out.write_text(page, encoding="utf-8")
+    out.write_text(page_of(stems), encoding="utf-8")
+    if sample is not None:
+        (out_dir / SAMPLE_FILE).write_text(page_of([s for s in stems if s in sample]),
+                                           encoding="utf-8")
     return out
 
 
@@ -557,7 +593,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"book_pdf: no PDF of the book: {why}; the landing page does not link one")
         return 0
     start = time.monotonic()
-    page = assemble(site)
+    # The test suite's build prints only SAMPLE (the whole page is written all the same, and
+    # the tests check on it what needs no print); the readers' build prints the whole book.
+    sample = SAMPLE if os.environ.get(SAMPLE_ENV, "").strip() not in ("", "0") else None
+    page = assemble(site, sample=sample)
+    if sample is not None:
+        page = page.parent / SAMPLE_FILE
+        print(f"book_pdf: {SAMPLE_ENV} is set: printing only {', '.join(sample)}")
     assembled = time.monotonic()
     out = site / PDF_NAME
     formulas = print_pdf(page, out, chromium)

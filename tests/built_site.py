@@ -1,7 +1,9 @@
 """The website that the site's tests read, built once for the whole test run, and what those
 tests share (tests/test_site*.py).
 
-The build is the README's own command, ``scripts/build-book``. Under ``scripts/test`` the test
+The build is the README's own command, ``scripts/build-book``, with ``ATTNCORE_PDF_SAMPLE=1``:
+its PDF is a sample of the book (tests/test_site_pdf.py says what is checked on it, and what
+on the whole printable page, which the build writes all the same). Under ``scripts/test`` the test
 files run in several worker processes; the first that needs the site builds it, holding a lock,
 and leaves a note of the result keyed by the run's id, so that the others read the same build
 (or the same failure) instead of building again. A developer who has just built the site can
@@ -46,9 +48,11 @@ def build_once() -> Path:
         if not note.exists():
             for old in (ROOT / "_build").glob(".site-build-*"):
                 old.unlink()                       # notes of earlier runs
+            # The PDF of a sample of the book (_ext/book_pdf.py's SAMPLE): the print code
+            # tested on a few dozen pages; readers' builds print all of it.
             proc = subprocess.run([str(ROOT / "scripts" / "build-book")], cwd=ROOT, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=1500)
+                                  timeout=1500, env={**os.environ, "ATTNCORE_PDF_SAMPLE": "1"})
             note.write_text("" if proc.returncode == 0 else
                             "the book build failed (warnings are errors):\n"
                             + proc.stdout[-6000:])

@@ -86,9 +86,10 @@ def dtype(request):
 
 # Scheduling, not testing: scripts/test runs files whole on each worker (--dist loadfile) in
 # the order below (--no-loadscope-reorder), so the longest start first and the workers finish
-# together, instead of one of them building and browsing the site alone at the end. Measured
-# alone on one core: the site's build and browser ~70 s, chapters 9 and 10 ~20 s each, the
-# other chapters 4-15 s, each unit-test file under 12 s. A wrong order costs time, nothing else.
+# together, instead of one of them building and browsing the site alone at the end. The site
+# is built once (built_site.py): the first worker builds it in test_site.py while the second
+# builds the site with a repository, and the files that only read the built site start later,
+# so that no worker waits on the build's lock. A wrong order costs time, nothing else.
 LONGEST_FIRST = (
     "tests/test_site.py",                 # builds the site (built_site.py) for the three below
     "tests/test_site_repository.py",      # its own build, beside the first
@@ -96,14 +97,15 @@ LONGEST_FIRST = (
     "chapters/12_inside_a_pretrained_model.ipynb",
     "tests/test_running_anywhere.py",
     "tests/test_jupyterlab.py",
-    "tests/test_site_browser.py",
-    "tests/test_site_pdf.py",
     "chapters/02_why_sqrt_dk.ipynb",
     "chapters/05_multi_head_attention.ipynb",
     "tests/test_pretrained.py",
     "tests/test_smollm2.py",
     "chapters/06_positions.ipynb",
     "chapters/07_rotary_positions.ipynb",
+    # these two read the site that test_site.py's worker builds: late enough to find it built
+    "tests/test_site_browser.py",
+    "tests/test_site_pdf.py",
     "chapters/03_matmul_views.ipynb",
     "chapters/04_scaled_dot_product_attention.ipynb",
     "chapters/02_why_sqrt_dk_going_further.ipynb",
