@@ -57,7 +57,8 @@ def installed_version(name: str) -> str | None:
 
 
 QUIET: list[str] = []                     # ["-q"] with --quiet
-UV: list[str] = []                        # uv's own pip, with --uv (and what it is told)
+UV: list[str] = []                        # uv's own pip, with --uv
+UV_ENV: dict[str, str] = {}               # ... and the environment that tells it where to look
 
 
 # pip's configuration (its files and PIP_ variables, as ``pip config list`` prints them) and
@@ -97,10 +98,7 @@ def pip(*args: str, check: bool = True, silent: bool = False) -> bool:
         command = [sys.executable, "-m", "pip", "install", *QUIET, *args]
     if not silent:
         print(f"== {'uv ' if UV else ''}pip install", " ".join(args), flush=True)
-    env = uv_environment(subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                                        capture_output=True, text=True).stdout,
-                         dict(os.environ)) if UV else None
-    done = subprocess.run(command, cwd=HERE, env=env,
+    done = subprocess.run(command, cwd=HERE, env=UV_ENV or None,
                           **({"capture_output": True} if silent else {}))
     if check and done.returncode != 0:
         raise SystemExit(f"install.py: {'uv ' if UV else ''}pip failed "
@@ -188,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("install.py --uv: no uv in this environment or on PATH "
                              "(pip install uv)")
         UV[:] = [uv]
+        UV_ENV.update(uv_environment(subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+            text=True).stdout, dict(os.environ)))
     if not PYTHONS[0] <= sys.version_info[:2] <= PYTHONS[1]:
         oldest, newest = (".".join(map(str, v)) for v in PYTHONS)
         raise SystemExit(f"The course runs on Python {oldest} to {newest}; this is "

@@ -970,6 +970,24 @@ def _load_installer():
     return module
 
 
+def test_install_py_tells_uv_where_pips_configuration_looks():
+    # install.py --uv (scripts/_setup.sh): uv reads no pip.conf, so the indexes, links,
+    # constraints and certificate that `pip config list` prints become uv's variables; one
+    # already set for uv wins, and uv takes the best version any index has, as pip does.
+    installer = _load_installer()
+    config = ("global.find-links='/opt/wheels /more'\n"
+              ":env:.extra-index-url='file:///a/simple file:///b/simple'\n"
+              "global.constraint='/etc/c.txt'\nglobal.cert='/etc/ca.crt'\n"
+              "global.index-url='https://example.org/simple'\n")
+    env = installer.uv_environment(config, {"UV_INDEX_URL": "https://mine/simple", "X": "1"})
+    assert env["UV_FIND_LINKS"] == "/opt/wheels,/more"
+    assert env["UV_EXTRA_INDEX_URL"] == "file:///a/simple file:///b/simple"
+    assert env["UV_CONSTRAINT"] == "/etc/c.txt" and env["SSL_CERT_FILE"] == "/etc/ca.crt"
+    assert env["UV_INDEX_URL"] == "https://mine/simple" and env["X"] == "1"
+    assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"
+    assert installer.uv_environment("", {}) == {"UV_INDEX_STRATEGY": "unsafe-best-match"}
+
+
 def test_install_py_takes_torchs_cpu_build_where_pypis_carries_cuda():
     installer = _load_installer()
     cpu = ["--index-url", "https://download.pytorch.org/whl/cpu"]

@@ -168,19 +168,5 @@ def check_exercise(label: str, *answers: Any) -> Checked:
     return _CHECKED[label]
 
 
-def report_verdict(report: Any, call: str, praise: str) -> Verdict:
-    """The verdict on a build-it exercise from its conformance check's report.
-
-    ``report`` is an :class:`attncore.testing.CheckReport`, ``call`` the expression that
-    prints it in full (``"ac.testing.check_merge(my_merge)"``), ``praise`` the message when
-    every property holds. A failure names the failed properties, and the first one's
-    finding and input (a report never holds the right answer's values).
-    """
-    if report.passed:
-        return Verdict(True, praise)
-    first = report[report.failed[0]]
-    details = (f"{first.name}: {first.detail}",) + ((f"on {first.input}",) if first.input
-                                                    else ())
-    return Verdict(False, f"{len(report.failed)} of {len(report.results)} properties "
-                          f"failed ({', '.join(report.failed)}); print({call}) shows "
-                          f"each one.", details)
+# one home for turning a conformance report into a verdict (imported last: it needs Verdict)
+from ._reports import report_verdict  # noqa: E402

@@ -117,6 +117,7 @@ def merge(fn: Any) -> Verdict:
         return Verdict(False, f"expected a function my_merge(out_a, lse_a, out_b, lse_b): "
                               f"replace the line my_merge = None with a def, got "
                               f"{type(fn).__name__}")
-    return report_verdict(check_merge(fn), "ac.testing.check_merge(my_merge)",
+    return report_verdict(check_merge(fn),
                           "Your merge is attention over the union of the blocks, in "
-                          "any order, with huge scores and with empty blocks.")
+                          "any order, with huge scores and with empty blocks.",
+                          call="ac.testing.check_merge(my_merge)")

@@ -135,7 +135,7 @@ def delta_step(fn: Any) -> Verdict:
         return Verdict(False, f"expected a function my_delta_step(S, q, k, v, g, beta): "
                               f"replace the line my_delta_step = None with a def, got "
                               f"{type(fn).__name__}")
-    return report_verdict(check_delta_step(fn), "ac.testing.check_delta_step("
-                                                "my_delta_step)",
+    return report_verdict(check_delta_step(fn),
                           "Your step gates the old memory, reads it along k, writes "
-                          "the correction, and does so for every head at once.")
+                          "the correction, and does so for every head at once.",
+                          call="ac.testing.check_delta_step(my_delta_step)")

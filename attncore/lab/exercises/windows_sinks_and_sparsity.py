@@ -90,7 +90,7 @@ def window_mask(fn: Any) -> Verdict:
         return Verdict(False, f"expected a function my_window_mask(n, window, sinks): "
                               f"replace the line my_window_mask = None with a def, got "
                               f"{type(fn).__name__}")
-    return report_verdict(check_window_mask(fn), "ac.testing.check_window_mask("
-                                                 "my_window_mask)",
+    return report_verdict(check_window_mask(fn),
                           "Your mask is the window with its sinks for every n up to 9, "
-                          "every window and every number of sinks.")
+                          "every window and every number of sinks.",
+                          call="ac.testing.check_window_mask(my_window_mask)")
