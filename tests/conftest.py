@@ -122,6 +122,25 @@ LONGEST_FIRST = (
 )
 
 
+def pytest_collection_finish(session):
+    """Where this worker will run notebooks under nbval, their kernels are forked from one
+    process that has imported the libraries once (forked_kernels.py), not started afresh."""
+    import forked_kernels
+
+    config = session.config
+    if (forked_kernels.available() and getattr(config.option, "nbval", False)
+            and not config.option.nbval_kernel_name and not config.option.nbval_current_env
+            and any(item.nodeid.split("::")[0].endswith(".ipynb") for item in session.items)):
+        config._attncore_zygote = forked_kernels.install()
+        config.option.nbval_kernel_name = forked_kernels.KERNEL_NAME
+
+
+def pytest_unconfigure(config):
+    zygote = getattr(config, "_attncore_zygote", None)
+    if zygote is not None:
+        zygote.close()
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
