@@ -85,6 +85,10 @@ SUBSET = ("00_how_to_use.ipynb", "02_why_sqrt_dk.ipynb")
 # A folder (existing) for a screenshot of each notebook as first rendered, in each JupyterLab
 # (myst-NAME.png, plain-NAME.png): what a person looks at before trusting the checks.
 SCREENSHOTS = os.environ.get("ATTNCORE_LAB_SCREENSHOTS", "")
+# The tabs' height in CSS pixels: a screen's (what a reader's window shows), and the rest of
+# the notebook laid out below it all the same (the windowing mode "none"); for screenshots, a
+# tall one, to see more of a notebook at once.
+TAB_HEIGHT = 4000 if SCREENSHOTS else 1000
 _chosen = os.environ.get("ATTNCORE_LAB_CHAPTERS", "")
 CHAPTERS = [nb for nb in ALL_CHAPTERS
             if (_chosen == "all" or nb.name in (_chosen.split(",") if _chosen else SUBSET))]
@@ -331,7 +335,7 @@ def read_notebooks(browser: Chromium, labs: dict[str, JupyterLab],
     tabs = {}
     try:
         for kind, lab in labs.items():          # the pages load side by side
-            tabs[kind] = browser.open_tab(f"{lab.url}/lab", width=1400, height=4000,
+            tabs[kind] = browser.open_tab(f"{lab.url}/lab", width=1400, height=TAB_HEIGHT,
                                           new_window=True)
         for kind in labs:
             _, session = tabs[kind]
@@ -440,7 +444,7 @@ def read_pages(browser: Chromium, pages: dict[str, Path]) -> dict[str, dict]:
         for name, page in pages.items():
             try:
                 if tab is None:
-                    tab = browser.open_tab(page.as_uri(), width=1400, height=4000)
+                    tab = browser.open_tab(page.as_uri(), width=1400, height=TAB_HEIGHT)
                 else:
                     browser.navigate(page.as_uri(), tab[1])
                 shown = browser.evaluate(PAGE_LOADED % {"limit_ms": READ_S * 1000}, tab[1],
