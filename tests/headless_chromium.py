@@ -1,7 +1,8 @@
 """Render pages in one headless Chromium, driven through its DevTools pipe, with no network.
 
 Starting Chromium costs about a second of CPU and the site has over a dozen pages, so one
-browser renders them all, each in a fresh tab, with the switches a one-page
+browser renders them all, each in a tab of its own (or, through :meth:`Chromium.open_each`,
+in one of two tabs that navigate from page to page), with the switches a one-page
 ``chromium --headless --dump-dom --virtual-time-budget=20000`` run gets. For each page
 :meth:`Chromium.render` returns
 
@@ -328,9 +329,10 @@ class Chromium:
         inspects one tab, the next pages already load and typeset in the others (each tab's
         renderer is a process of its own, so they use the other cores while Python waits).
         The ``at_once`` tabs are opened once and each page is navigated to in one of them,
-        in place of the page before it: a fresh tab per page starts a fresh renderer, which
-        compiles the site's scripts and MathJax again (measured on 2026-11-29, five of the
-        site's pages: 33 s of CPU in fresh tabs, 12 s in one tab reused). The page's errors
+        in place of the page before it, which costs the browser less than a fresh tab per
+        page (measured on 2026-11-29 on 2 cores: five of the site's pages, 33-34 s of
+        Chromium's CPU in fresh tabs, 28 s in two tabs reused; tests/test_site_browser.py
+        whole, 240 s and 174 s). The page's errors
         are those reported after it was navigated to (:meth:`_begin`). A page the browser
         fails on is yielded with the :class:`BrowserError` in place of its tab; the browser
         is then started afresh for the pages after it, which are loaded again.
