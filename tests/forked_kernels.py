@@ -155,13 +155,13 @@ def launch(argv: list[str]) -> None:
 
 
 def _alive_pid(pid: int) -> bool:
+    """Whether the process runs (a zygote that has exited stays a zombie until the worker
+    reaps it: that counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        pass
-    return True
+    return state not in ("Z", "X")
 
 
 def _read_line(conn: socket.socket) -> str:

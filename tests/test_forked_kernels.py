@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,9 +121,12 @@ def test_without_a_zygote_the_launcher_is_a_plain_kernel(tmp_path, monkeypatch):
     # a kernel spec whose zygote is not there: the notebook still gets a kernel
     spec = tmp_path / "kernels" / "no-zygote"
     spec.mkdir(parents=True)
-    argv = [os.sys.executable, forked_kernels.__file__, "launch", "-f", "{connection_file}"]
-    gone = subprocess.Popen(["true"])     # a zygote's pid that no longer runs
-    gone.wait()
+    argv = [sys.executable, forked_kernels.__file__, "launch", "-f", "{connection_file}"]
+    # a zygote that has exited and is not yet reaped (a zombie, as a zygote that failed is
+    # until its worker ends): the launcher must not wait for it
+    gone = subprocess.Popen(["true"])
+    while Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.05)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": argv, "display_name": "x", "language": "python",
         "env": {"ATTNCORE_KERNEL_ZYGOTE": f"{gone.pid}:{tmp_path / 'none.sock'}"}}))
@@ -131,3 +135,4 @@ def test_without_a_zygote_the_launcher_is_a_plain_kernel(tmp_path, monkeypatch):
     seen = run("no-zygote", "import sys; print(sys.argv[0].endswith('ipykernel_launcher.py'))")
     assert seen == ["True\n"]
     assert time.monotonic() - started < 30
+    gone.wait()
