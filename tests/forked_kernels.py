@@ -63,7 +63,8 @@ IMPORT_TIME_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONPYCACHEPREFIX", "OMP
                          "MPLBACKEND", "MPLCONFIGDIR")
 # Signals the launcher passes on to the kernel (jupyter_client interrupts a kernel with
 # SIGINT and ends it with SIGTERM, sent to the launcher's process group).
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+                  if hasattr(signal, name))     # (Windows has neither SIGHUP nor SIGQUIT)
 INLINE = "module://matplotlib_inline.backend_inline"   # what ipykernel sets MPLBACKEND to
 
 
