@@ -177,3 +177,28 @@ def pdf_text(pdf: Path) -> tuple[str, list[tuple[float, float, int, int]]]:
             images.append((right - left, top - bottom, *obj.get_px_size()))
     return "\n".join(texts), images
 
+
+def small_site(root: Path, parts: list[tuple[str | None, list[tuple[str, str, str]]]], *,
+               title_suffix: str = "") -> Path:
+    """A small course in ``root`` as Sphinx builds it, for the print code's tests without a
+    build: its ``_toc.yml`` and ``_build/html``, a landing page ("Welcome") and a page per
+    chapter. ``parts``: ``[(caption or None, [(name, title, body), ...]), ...]``, a chapter's
+    page ``chapters/NAME.html`` with ``TITLE`` as its h1 and ``BODY`` in its article. The
+    built site's folder is returned."""
+    toc = ["root: index", "parts:"]
+    for caption, chapters in parts:
+        toc.append(f"  - caption: {caption}" if caption else "  - chapters:")
+        if caption:
+            toc.append("    chapters:")
+        toc += [f"      - file: chapters/{name}" for name, _, _ in chapters]
+    (root / "_toc.yml").write_text("\n".join(toc) + "\n")
+    site = root / "_build" / "html"
+    (site / "chapters").mkdir(parents=True)
+    page = (f'<html><head><title>x{title_suffix}</title></head><body>'
+            '<article class="bd-article"><h1>{title}</h1>{body}</article></body></html>')
+    (site / "index.html").write_text(page.format(title="Welcome", body="<p>Hello.</p>"))
+    for _, chapters in parts:
+        for name, title, body in chapters:
+            (site / "chapters" / f"{name}.html").write_text(page.format(title=title, body=body))
+    return site
+

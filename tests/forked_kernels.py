@@ -68,8 +68,15 @@ FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHU
 INLINE = "module://matplotlib_inline.backend_inline"   # what ipykernel sets MPLBACKEND to
 
 
+def forks_here() -> bool:
+    """Whether this system is one where kernels are forked (Linux)."""
+    return sys.platform == "linux"
+
+
 def available() -> bool:
-    return sys.platform == "linux" and os.environ.get("ATTNCORE_FRESH_KERNELS") != "1"
+    """Whether nbval's kernels are to be forked here: on Linux, unless
+    ``ATTNCORE_FRESH_KERNELS=1`` asks for fresh ones."""
+    return forks_here() and os.environ.get("ATTNCORE_FRESH_KERNELS") != "1"
 
 
 # --- in the pytest worker ------------------------------------------------------------------

@@ -16,8 +16,9 @@ import forked_kernels
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-pytestmark = pytest.mark.skipif(not forked_kernels.available(),
-                                reason="forked kernels are used on Linux only")
+pytestmark = pytest.mark.skipif(not forked_kernels.forks_here(),
+                                reason="kernels are forked on Linux only; this system is "
+                                       f"{sys.platform}")
 
 CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
 

@@ -8,7 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from built_site import PDF, RAW_TEX, ROOT, pages, pdf_text, toc_pages, visible_text
+from built_site import (PDF, RAW_TEX, ROOT, pages, pdf_text, small_site, toc_pages,
+                        visible_text)
 
 
 # The suite's build prints a sample of the book (ATTNCORE_PDF_SAMPLE, _ext/book_pdf.py's
@@ -344,18 +345,10 @@ def test_the_sample_page_holds_only_its_pages_their_contents_and_solutions(tmp_p
 
     root = tmp_path / "course"
     root.mkdir()
-    (root / "_toc.yml").write_text("root: index\nparts:\n  - caption: One\n    chapters:\n"
-                                   "      - file: chapters/01_x\n  - caption: Two\n"
-                                   "    chapters:\n      - file: chapters/02_y\n")
-    site = root / "_build" / "html"
-    (site / "chapters").mkdir(parents=True)
-    page = ('<html><head><title>x</title></head><body>'
-            '<article class="bd-article"><h1>{title}</h1>{body}</article></body></html>')
-    (site / "index.html").write_text(page.format(title="Welcome", body="<p>Hello.</p>"))
-    for name, title in (("01_x", "Ones"), ("02_y", "Twos")):
-        (site / "chapters" / f"{name}.html").write_text(page.format(
-            title=title, body=f'<div class="exercise"><p>Do {title}.</p></div>'
-                              f'<div class="solution"><p>Answer {title}.</p></div>'))
+    site = small_site(root, [
+        (caption, [(name, title, f'<div class="exercise"><p>Do {title}.</p></div>'
+                                 f'<div class="solution"><p>Answer {title}.</p></div>')])
+        for caption, name, title in (("One", "01_x", "Ones"), ("Two", "02_y", "Twos"))])
     whole = book_pdf.assemble(site, root)
     alone = book_pdf.assemble(site, root).read_text()
     assert book_pdf.assemble(site, root, sample=("chapters/02_y",)) == whole

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from built_site import small_site
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -176,16 +177,10 @@ def test_the_pdf_page_leaves_the_solutions_out(tmp_path):
     # the exercise but neither the solution nor the part "Solutions to the exercises".
     root = tmp_path / "course"
     root.mkdir()
-    (root / "_toc.yml").write_text("root: index\nparts:\n  - chapters:\n"
-                                   "      - file: chapters/01_x\n")
-    site = root / "_build" / "html"
-    (site / "chapters").mkdir(parents=True)
-    page = ('<html><head><title>x \u2014 Attention, from the proof up</title></head><body>'
-            '<article class="bd-article"><h1>{title}</h1>{body}</article></body></html>')
-    (site / "index.html").write_text(page.format(title="Welcome", body="<p>Hello.</p>"))
-    (site / "chapters" / "01_x.html").write_text(page.format(
-        title="One", body='<div class="exercise"><p>Compute it.</p></div>'
-                          '<div class="solution"><p>The secret answer.</p></div>'))
+    site = small_site(root, [(None, [("01_x", "One",
+                                       '<div class="exercise"><p>Compute it.</p></div>'
+                                       '<div class="solution"><p>The secret answer.</p></div>'
+                                       )])], title_suffix=" \u2014 Attention, from the proof up")
     full = book_pdf.assemble(site, root).read_text()
     assert "secret" in full and "Solutions to the exercises" in full
     student = book_pdf.assemble(site, root, solutions=False, filename="student.html").read_text()
