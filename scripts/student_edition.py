@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "_ext"))
 import book_pdf  # noqa: E402
+import browser  # noqa: E402
 import course_bundle  # noqa: E402
 
 BUNDLE = "attention-course-student.zip"
@@ -110,10 +110,12 @@ def build(out: Path, *, pdf: bool = True, root: Path = ROOT,
         if not (site / "index.html").is_file():
             raise EditionError(f"the PDF is printed from the built site, and {site} has none: "
                                "run ./scripts/build-book first, or pass --no-pdf")
-        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        # the browser the book's PDF is printed with (_ext/browser.py: ATTNCORE_BROWSER, then
+        # a headless shell, Chromium or Chrome)
+        chromium, why = browser.browser_or_none()
         if chromium is None:
-            raise EditionError("the PDF is printed by Chromium, which is not installed "
-                               "(apt-get install chromium); or pass --no-pdf")
+            raise EditionError(f"the PDF is printed by a Chromium-family browser: {why}; "
+                               "or pass --no-pdf")
     notebooks = sorted((root / "chapters").glob("*.ipynb"))
     students = {nb.name: student_notebook(nb) for nb in notebooks}   # all checked first
     written = []

@@ -102,8 +102,8 @@ class Chromium:
         renders at full speed, as the one in front does, so that pages that work on their
         own (JupyterLab) can be driven side by side."""
         if CHROMIUM is None:
-            raise BrowserError(f"{NO_BROWSER} (scripts/test installs Debian's chromium when "
-                               f"run as root)")
+            raise BrowserError(f"{NO_BROWSER} (scripts/test installs Debian's "
+                               f"chromium-headless-shell when run as root)")
         self.timeout = timeout
         self._flags = FLAGS + ([] if background_throttling else UNTHROTTLED)
         self._proc: subprocess.Popen | None = None

@@ -172,6 +172,19 @@ def test_the_pdf_needs_the_built_site(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_the_pdf_is_printed_by_the_browser_the_book_uses(tmp_path, monkeypatch):
+    # The one lookup of _ext/browser.py (a variable set wrong is an error that names it),
+    # not a search of its own for a program called chromium.
+    root = tmp_path / "course"
+    root.mkdir()
+    site = small_site(root, [(None, [("01_x", "One", "<p>x</p>")])])
+    monkeypatch.setenv("ATTNCORE_BROWSER", str(tmp_path / "no-browser"))
+    with pytest.raises(student_edition.EditionError,
+                       match=r"ATTNCORE_BROWSER=.*no-browser.*: no such file.*--no-pdf"):
+        student_edition.build(tmp_path / "out", root=ROOT, site=site)
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_pdf_page_leaves_the_solutions_out(tmp_path):
     # A two-page site as Sphinx writes it: the printable page of the student edition holds
     # the exercise but neither the solution nor the part "Solutions to the exercises".

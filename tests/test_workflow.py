@@ -154,11 +154,17 @@ def test_the_names_are_tried_in_order_and_the_error_says_what_was_tried(tmp_path
     monkeypatch.setattr(browser, "MACOS", (str(tmp_path / "Google Chrome.app"),))
     with pytest.raises(browser.BrowserNotFound) as info:
         browser.find_browser()
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+    for name in ("chromium-headless-shell", "chrome-headless-shell", "chromium",
+                 "chromium-browser", "google-chrome", "google-chrome-stable",
                  "ATTNCORE_BROWSER"):
         assert name in str(info.value)
     fake_program(tmp_path, "google-chrome-stable", "Google Chrome 131")
     assert browser.find_browser().endswith("google-chrome-stable")
     fake_program(tmp_path, "chromium-browser", "Chromium 130")
     assert browser.find_browser().endswith("chromium-browser")
+    # a headless shell comes before every browser
+    fake_program(tmp_path, "chrome-headless-shell", "Google Chrome for Testing 131")
+    assert browser.find_browser().endswith("chrome-headless-shell")
+    fake_program(tmp_path, "chromium-headless-shell", "Chromium 130")
+    assert browser.find_browser().endswith("chromium-headless-shell")
     assert browser.browser_or_none()[1] == ""
