@@ -330,15 +330,19 @@ SAMPLE = ("chapters/00_how_to_use", "chapters/02_why_sqrt_dk",
           "chapters/02_why_sqrt_dk_going_further", "performance", "appendix/proofs")
 SAMPLE_ENV = "ATTNCORE_PDF_SAMPLE"
 SAMPLE_FILE = "sample.html"
+STUDENT_FILE = "student.html"
 
 
 def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
              filename: str = "book.html", sample: tuple[str, ...] | None = None) -> Path:
     """Write the printable page of the whole book; return its path. With ``solutions``
     False (the student edition, scripts/student-edition, as ``filename``), they are left
-    out. With ``sample`` (stems of ``_toc.yml``, such as SAMPLE), also write SAMPLE_FILE
-    beside it: the same page with only those pages, their contents entries and their
-    solutions (its path is ``assemble(...).parent / SAMPLE_FILE``). Raises RuntimeError
+    out. With ``solutions`` and ``filename`` "book.html" (the build's), also write
+    STUDENT_FILE beside it: the same page without the solutions, from the same reading of
+    the site's pages, for the tests (a second reading took 11-14 s of one core). With
+    ``sample`` (stems of ``_toc.yml``, such as SAMPLE), also write SAMPLE_FILE beside it:
+    the same page with only those pages, their contents entries and their solutions (its
+    path is ``assemble(...).parent / SAMPLE_FILE``). Raises RuntimeError
     when a page has no article, when a page's interactive figures and its notebook's still
     pictures differ in number, or when a stem of ``sample`` is not in the book."""
     from bs4 import BeautifulSoup
@@ -384,7 +388,7 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
         sections[stem] = (f'<section class="attncore-print-page" id="{_prefix(stem)}">'
                           f"{article.decode_contents()}</section>")
 
-    def page_of(chosen: list[str]) -> str:
+    def page_of(chosen: list[str], with_solutions: bool = with_solutions) -> str:
         toc = []
         for caption, entries in toc_parts(root):
             items = [_toc_item(_prefix(stem), names[stem], "attncore-toc-sub" if sub else "")
@@ -421,6 +425,9 @@ def assemble(site: Path, root: Path = ROOT, *, solutions: bool = True,
 
     out = out_dir / filename
     out.write_text(page_of(stems), encoding="utf-8")
+    if with_solutions and filename == "book.html":
+        (out_dir / STUDENT_FILE).write_text(page_of(stems, with_solutions=False),
+                                            encoding="utf-8")
     if sample is not None:
         (out_dir / SAMPLE_FILE).write_text(page_of([s for s in stems if s in sample]),
                                            encoding="utf-8")

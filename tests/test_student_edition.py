@@ -196,7 +196,11 @@ def test_the_pdf_page_leaves_the_solutions_out(tmp_path):
                                        )])], title_suffix=" \u2014 Attention, from the proof up")
     full = book_pdf.assemble(site, root).read_text()
     assert "secret" in full and "Solutions to the exercises" in full
+    # the build's page without solutions (written beside the book's, from the same reading)
+    # is the one scripts/student-edition assembles
+    beside = (site.parent / "print" / book_pdf.STUDENT_FILE).read_text()
     student = book_pdf.assemble(site, root, solutions=False, filename="student.html").read_text()
+    assert beside == student
     assert "Compute it." in student and "secret" not in student
     assert "Solutions to the exercises" not in student
     assert "CC BY 4.0" in student
