@@ -31,7 +31,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["BrowserNotFound", "ENV", "SHELLS", "NAMES", "MACOS", "find_browser", "browser_or_none"]
+__all__ = ["BrowserNotFound", "ENV", "SHELLS", "NAMES", "MACOS", "find_browser",
+           "browser_or_none"]
 
 ENV = "ATTNCORE_BROWSER"
 SHELLS = ("chromium-headless-shell", "chrome-headless-shell")
