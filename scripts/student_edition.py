@@ -129,7 +129,8 @@ def build(out: Path, *, pdf: bool = True, root: Path = ROOT,
         written.append(course_bundle.build_bundle(
             root, out / BUNDLE, chapters=sorted(folder.glob("*.ipynb")), note=NOTE))
     if pdf:
-        page = book_pdf.assemble(site, root, solutions=False, filename="student.html")
+        page = book_pdf.assemble(site, root, solutions=False,
+                                filename=book_pdf.STUDENT_FILE)
         book_pdf.print_pdf(page, out / PDF, chromium)
         written.append(out / PDF)
     return written

@@ -201,4 +201,3 @@ def small_site(root: Path, parts: list[tuple[str | None, list[tuple[str, str, st
         for name, title, body in chapters:
             (site / "chapters" / f"{name}.html").write_text(page.format(title=title, body=body))
     return site
-

@@ -34,7 +34,6 @@ one, stops them before a fork and starts them again after. Elsewhere, and with
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import select
