@@ -49,7 +49,15 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
          "--proxy-server=http://127.0.0.1:9",
-         "--allow-file-access-from-files", "--run-all-compositor-stages-before-draw"]
+         "--allow-file-access-from-files"]
+
+# For pages read in virtual time (render, open, open_each): each frame waits until every
+# stage of the compositor has run, so that what the page draws keeps up with its clock. A
+# browser for live pages only (Chromium(virtual_time=False): JupyterLab, read in real time)
+# goes without: jupyterlab-myst then rendered a chapter's cells in bursts seconds apart, and
+# the JupyterLab file's reading took 126-152 s with it against 64-69 s without (two runs
+# each, on 2 cores).
+VIRTUAL_TIME_FLAGS = ["--run-all-compositor-stages-before-draw"]
 
 # What Chromium does to a tab that is not in front, and (Chromium(background_throttling=False))
 # does not: timers slowed to once a second and less, the renderer's process given a lower
@@ -97,15 +105,21 @@ class Chromium:
     every process it started) if it does not close.
     """
 
-    def __init__(self, timeout: float = 120.0, *, background_throttling: bool = True):
+    def __init__(self, timeout: float = 120.0, *, background_throttling: bool = True,
+                 virtual_time: bool = True):
         """``background_throttling=False``: a tab in the background runs its timers and
         renders at full speed, as the one in front does, so that pages that work on their
-        own (JupyterLab) can be driven side by side."""
+        own (JupyterLab) can be driven side by side. ``virtual_time=False``: a browser for
+        live pages only (:meth:`open_tab`, :meth:`navigate`), started without
+        VIRTUAL_TIME_FLAGS; :meth:`render`, :meth:`open` and :meth:`open_each` then raise
+        :class:`BrowserError`."""
         if CHROMIUM is None:
             raise BrowserError(f"{NO_BROWSER} (scripts/test installs Debian's "
                                f"chromium-headless-shell when run as root)")
         self.timeout = timeout
-        self._flags = FLAGS + ([] if background_throttling else UNTHROTTLED)
+        self.virtual_time = virtual_time
+        self._flags = (FLAGS + (VIRTUAL_TIME_FLAGS if virtual_time else [])
+                       + ([] if background_throttling else UNTHROTTLED))
         self._proc: subprocess.Popen | None = None
         self._start()
 
@@ -261,6 +275,7 @@ class Chromium:
         """``page`` (a file, or the URL of a server on this machine) settled in a fresh tab
         (as :meth:`render` sees it), left open to be inspected and driven with the keyboard;
         use the tab as a context manager."""
+        self._virtual_time_needed()
         if self._proc is None:
             self._start()
         try:
@@ -337,6 +352,7 @@ class Chromium:
         fails on is yielded with the :class:`BrowserError` in place of its tab; the browser
         is then started afresh for the pages after it, which are loaded again.
         """
+        self._virtual_time_needed()
         queue = list(pages)
         free: list[tuple[str, str]] = []                 # (target, session) of idle tabs
         started: list[tuple[Path, str, str]] = []       # (page, target, session), in order
@@ -386,6 +402,11 @@ class Chromium:
                         self.close_tab(target)
             except (BrowserError, OSError):
                 self._stop()                # the next call starts a fresh browser
+
+    def _virtual_time_needed(self) -> None:
+        if not self.virtual_time:
+            raise BrowserError("this browser reads live pages only (Chromium(virtual_time="
+                               "False)): open them with open_tab")
 
     def _open(self, page: Path | str, width: int | None, height: int) -> "Tab":
         self._events.clear()            # events of tabs closed earlier are of no interest

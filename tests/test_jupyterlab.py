@@ -62,6 +62,7 @@ from pathlib import Path
 
 import pytest
 
+import headless_chromium
 import notebook_fixtures
 from headless_chromium import BrowserError, Chromium
 
@@ -603,7 +604,8 @@ def reading(tmp_path_factory) -> dict[str, dict[str, dict]]:
             stack.callback(lab.stop)
             labs[kind] = lab
         try:
-            browser = Chromium(timeout=NOTEBOOK_S + 15, background_throttling=False)
+            browser = Chromium(timeout=NOTEBOOK_S + 15, background_throttling=False,
+                               virtual_time=False)
         except BrowserError as e:
             pytest.fail(str(e))
         stack.enter_context(browser)
@@ -770,7 +772,12 @@ def test_the_browser_reaches_loopback_and_nothing_else(tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        with Chromium(timeout=30) as browser:
+        # (the browser that reads JupyterLab: live pages only, without the compositor flags
+        # of pages read in virtual time)
+        with Chromium(timeout=30, virtual_time=False) as browser:
+            assert not set(headless_chromium.VIRTUAL_TIME_FLAGS) & set(browser._flags)
+            with pytest.raises(BrowserError, match="live pages only"):
+                browser.open(f"http://127.0.0.1:{server.server_port}/")
             target, session = browser.open_tab(f"http://127.0.0.1:{server.server_port}/")
             for _ in range(100):
                 text = browser.evaluate("document.body ? document.body.innerText : ''", session)
