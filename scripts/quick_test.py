@@ -273,9 +273,16 @@ def per_notebook_ids(notebooks: list[str]) -> list[str]:
     """The ids of the tests in PER_NOTEBOOK_TESTS that name one of ``notebooks``."""
     if not notebooks:
         return []
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "--collect-only", "-q", *PER_NOTEBOOK_TESTS], cwd=ROOT,
-                         capture_output=True, text=True).stdout
+    # Collected without tests/conftest.py, whose fixtures these files do not use
+    # (tests/test_quick.py checks): the same ids, in 1.6 s of CPU against 5.5-6 s with it,
+    # which imports torch.
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "--noconftest", "--collect-only", "-q", *PER_NOTEBOOK_TESTS],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"quick: collecting {' '.join(PER_NOTEBOOK_TESTS)} failed:\n"
+                         f"{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    out = done.stdout
     stems = [Path(n).stem for n in notebooks]
     return [line for line in out.splitlines() if "::" in line and any(
         re.search(rf"[\[/_-]{re.escape(s)}(\.ipynb)?[\]\-]", line) for s in stems)]

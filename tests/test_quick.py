@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -43,6 +44,22 @@ def test_a_notebook_a_test_file_and_a_test_helper():
     ids = quick_test.per_notebook_ids(notebooks)
     assert ids and all("09_backward_pass" in i and "going_further" not in i for i in ids)
     assert {i.split("::")[0] for i in ids} <= set(quick_test.PER_NOTEBOOK_TESTS)
+
+
+def test_the_per_notebook_files_need_no_fixture_of_conftest():
+    # per_notebook_ids collects them with --noconftest: a test asking for one of conftest's
+    # fixtures (a parametrized one changes the ids) would be collected otherwise there.
+    def fixtures(tree: ast.Module) -> set[str]:
+        return {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and any(
+            "fixture" in ast.unparse(d) for d in f.decorator_list)}
+
+    shared = fixtures(ast.parse((ROOT / "tests" / "conftest.py").read_text()))
+    assert {"backend", "dtype"} <= shared
+    for name in quick_test.PER_NOTEBOOK_TESTS:
+        tree = ast.parse((ROOT / name).read_text())
+        asked = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                 for a in f.args.args}
+        assert not asked & shared, f"{name} uses conftest's {sorted(asked & shared)}"
 
 
 def test_what_needs_the_site_or_the_whole_suite_is_named_not_run():
