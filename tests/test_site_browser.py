@@ -449,8 +449,8 @@ def test_interactive_figures_follow_the_dark_mode(site, on_a_phone):
 def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(browser, tmp_path):
     # A reader who opens a downloaded chapter in JupyterLab has not trusted it, and JupyterLab
     # runs no script of an untrusted notebook's HTML outputs. The figures are Vega-Lite
-    # outputs, which JupyterLab's own Vega renderer draws whatever the trust: all five are
-    # drawn, and a control changes what is drawn.
+    # outputs, which JupyterLab's own Vega renderer draws whatever the trust: every one of
+    # attncore.lab.interactive.FIGURES is drawn, and a control changes what is drawn.
     import os
     import secrets
     import signal
