@@ -450,7 +450,9 @@ def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(brows
     # A reader who opens a downloaded chapter in JupyterLab has not trusted it, and JupyterLab
     # runs no script of an untrusted notebook's HTML outputs. The figures are Vega-Lite
     # outputs, which JupyterLab's own Vega renderer draws whatever the trust: every one of
-    # attncore.lab.interactive.FIGURES is drawn, and a control changes what is drawn.
+    # attncore.lab.interactive.FIGURES is drawn, and a control changes what is drawn. The
+    # figures are the outputs the chapters store, what a reader downloads (nbval compares
+    # each with a fresh run's), gathered into one notebook.
     import os
     import secrets
     import signal
@@ -461,17 +463,27 @@ def test_interactive_figures_render_in_jupyterlab_in_an_untrusted_notebook(brows
 
     import nbformat
 
-    from attncore.lab.interactive import FIGURES
+    from attncore.lab.interactive import FIGURES, VEGALITE_MIME
 
     # the metadata of a chapter (its kernel and language), as a reader's notebook has it
     chapter = nbformat.read(ROOT / f"{INTERACTIVE_CHAPTERS[0]}.ipynb", as_version=4)
     notebook = nbformat.v4.new_notebook(metadata=chapter.metadata)
-    for i, (name, make) in enumerate(FIGURES.items()):
-        data, metadata = make()._repr_mimebundle_()
-        cell = nbformat.v4.new_code_cell(f"from attncore.lab.interactive import {name}\n"
-                                         f"{name}()", execution_count=i + 1)
-        cell.outputs = [nbformat.v4.new_output("execute_result", data=data, metadata=metadata,
-                                               execution_count=i + 1)]
+    stored = {}                                  # figure's name -> the chapters' cells
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and any(
+                    VEGALITE_MIME in out.get("data", {}) for out in cell.outputs):
+                names = [n for n in FIGURES if re.search(rf"\b{n}\(", cell.source)]
+                assert len(names) == 1, f"{path.name}: a figure that calls {names}"
+                stored.setdefault(names[0], []).append(cell)
+    assert {n: len(c) for n, c in stored.items()} == dict.fromkeys(FIGURES, 1), \
+        "each of FIGURES is stored, drawn, in one chapter"
+    for i, name in enumerate(FIGURES):
+        cell = stored[name][0]
+        cell.execution_count = i + 1
+        for out in cell.outputs:
+            if out.output_type == "execute_result":
+                out.execution_count = i + 1
         notebook.cells.append(cell)
     nbformat.write(notebook, tmp_path / "figures.ipynb")        # unsigned: not trusted
     with socket.socket() as s:
